@@ -1,0 +1,38 @@
+"""Every exception ckptdash raises on purpose.
+
+    CkptDashError
+    ├── EventValidationError   an event that breaks the schema was about to be written
+    ├── RunDirError            a path is not a usable run directory (missing, empty, unreadable)
+    ├── ControlError           a command or the settings file cannot be written or read
+    │   └── MalformedControlFile   a command/settings file on disk does not parse
+    └── CheckpointWriteError   an atomic write could not complete (the old file is intact)
+
+Messages name the file or value that is wrong and say how to fix it, because
+they are usually read by someone on a login node who did not write the code.
+"""
+
+from __future__ import annotations
+
+
+class CkptDashError(Exception):
+    """Base class of every error ckptdash raises deliberately."""
+
+
+class EventValidationError(CkptDashError, ValueError):
+    """An event does not match the schema; raised at write time, never at read time."""
+
+
+class RunDirError(CkptDashError):
+    """A path is not a run directory ckptdash can use."""
+
+
+class ControlError(CkptDashError):
+    """A command or a setting cannot be created or read."""
+
+
+class MalformedControlFile(ControlError):
+    """A command or settings file exists but does not parse as the format says."""
+
+
+class CheckpointWriteError(CkptDashError, OSError):
+    """An atomic write failed; the previous file of that name is untouched."""

@@ -1,0 +1,474 @@
+"""The run-directory contract: event records, commands and settings.
+
+This module is the only thing the training side and the dashboard share. It
+imports nothing else of ckptdash except the exceptions, so another tool can
+copy its ideas (or read ``docs/format.md``) and speak the same format.
+
+Every event is one JSON object on one line::
+
+    {"kind":"checkpoint_saved","v":1,"t":1764430000.12,"run":"3f2a…","attempt":1,
+     "rank":0,"host":"node17","step":1200,"path":"checkpoints/step=1200.ckpt",
+     "size_bytes":52428800,"duration_s":0.41,"trigger":"signal","checksum":"xxh3_128:…"}
+
+Writing is strict (:func:`validate` raises :class:`EventValidationError` naming
+the field and the value); reading is lenient (:func:`decode_lines` never
+raises: bad lines are returned as :class:`BadLine` records to be counted).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Any, ClassVar, Final, Literal, TypeAlias, Union, get_args
+
+import msgspec
+
+from ckptdash.errors import EventValidationError, MalformedControlFile
+
+FORMAT_VERSION: Final = 1
+
+Trigger: TypeAlias = Literal["periodic", "manual", "signal", "exception", "api", "final"]
+TRIGGERS: Final[tuple[str, ...]] = get_args(Trigger)
+
+NonNegInt = Annotated[int, msgspec.Meta(ge=0)]
+NonNegFloat = Annotated[float, msgspec.Meta(ge=0)]
+NonEmptyStr = Annotated[str, msgspec.Meta(min_length=1)]
+
+EMPTY_METRICS: Final = msgspec.Raw(b"{}")
+
+
+class Event(
+    msgspec.Struct,
+    frozen=True,
+    kw_only=True,
+    tag_field="kind",
+    gc=False,  # events hold no cycles; skipping the GC doubles load speed
+    omit_defaults=False,
+):
+    """Fields every event carries.
+
+    ``t`` is Unix time in seconds (float). ``attempt`` counts from 0 (the
+    scheduler's restart count). ``step`` is the global optimizer step the
+    event refers to, or ``None`` when there is none yet.
+    """
+
+    KIND: ClassVar[str]
+
+    v: int = FORMAT_VERSION
+    t: NonNegFloat
+    run: NonEmptyStr
+    attempt: NonNegInt
+    rank: NonNegInt = 0
+    host: str = ""
+    step: NonNegInt | None = None
+
+
+# --- run lifecycle ---------------------------------------------------------------------------
+
+
+class RunStarted(Event, tag="run_started"):
+    """An attempt began: which scheduler and job it runs under."""
+
+    scheduler: str = "local"
+    job_id: str | None = None
+    world_size: NonNegInt = 1
+    pid: NonNegInt | None = None
+    max_steps: NonNegInt | None = None
+    requeue_budget: NonNegInt | None = None
+
+
+class RunResumed(Event, tag="run_resumed"):
+    """The attempt loaded a checkpoint; ``reason`` says why that one (the resume rule)."""
+
+    path: NonEmptyStr
+    reason: str
+
+
+class RunFinished(Event, tag="run_finished"):
+    """The attempt ended on purpose: training complete, or stopped for requeue/preemption."""
+
+    reason: str = "completed"
+
+
+class RunFailed(Event, tag="run_failed"):
+    """The attempt ended with an error."""
+
+    error: str
+
+
+class Heartbeat(Event, tag="heartbeat"):
+    """Progress: step, epoch, metrics (a raw JSON object of numbers) and time left."""
+
+    epoch: NonNegInt | None = None
+    metrics: msgspec.Raw = EMPTY_METRICS
+    time_left_s: float | None = None
+
+
+# --- checkpoints -----------------------------------------------------------------------------
+
+
+class CheckpointStarted(Event, tag="checkpoint_started"):
+    """A save began writing ``path``."""
+
+    path: NonEmptyStr
+    trigger: Trigger
+
+
+class CheckpointSaved(Event, tag="checkpoint_saved"):
+    """``path`` is durable: renamed into place and fsync'ed. It exists only from this event on."""
+
+    path: NonEmptyStr
+    trigger: Trigger
+    size_bytes: NonNegInt
+    duration_s: NonNegFloat
+    checksum: str = ""
+    epoch: NonNegInt | None = None
+
+
+class CheckpointFailed(Event, tag="checkpoint_failed"):
+    """A save did not complete; the previous file of that name (if any) is intact."""
+
+    path: NonEmptyStr
+    trigger: Trigger
+    error: str
+
+
+class CheckpointRemoved(Event, tag="checkpoint_removed"):
+    """A checkpoint was deleted (rotation) or replaced; it is no longer a resume candidate."""
+
+    path: NonEmptyStr
+    reason: str = ""
+
+
+class CheckpointInvalid(Event, tag="checkpoint_invalid"):
+    """A recorded checkpoint failed validation (missing, wrong size, wrong checksum)."""
+
+    path: NonEmptyStr
+    reason: str
+
+
+# --- signals and requeue ---------------------------------------------------------------------
+
+
+class SignalReceived(Event, tag="signal_received"):
+    """A signal arrived; ``action`` is what the configuration says it means."""
+
+    signal: NonEmptyStr
+    action: str = ""
+
+
+class RequeueIssued(Event, tag="requeue_issued"):
+    """The job asked its scheduler to run it again."""
+
+    job_id: str | None = None
+    command: str = ""
+
+
+class RequeueSkipped(Event, tag="requeue_skipped"):
+    """A requeue was due but not made; ``reason`` says why (suspended, budget, no scheduler)."""
+
+    reason: str
+
+
+# --- commands (the answers of the training side) ---------------------------------------------
+
+
+class CommandReceived(Event, tag="command_received"):
+    """The training side claimed a command from the inbox."""
+
+    command_id: NonEmptyStr
+    command: str
+
+
+class CommandApplied(Event, tag="command_applied"):
+    """The command was carried out; ``detail`` holds e.g. the checkpoint path."""
+
+    command_id: NonEmptyStr
+    command: str
+    detail: str = ""
+
+
+class CommandRejected(Event, tag="command_rejected"):
+    """The command was refused, with the reason (malformed, unknown, not allowed now)."""
+
+    command_id: NonEmptyStr
+    reason: str
+    command: str = ""
+
+
+class CommandExpired(Event, tag="command_expired"):
+    """The command was never applied: it timed out, or its claimer died before answering."""
+
+    command_id: NonEmptyStr
+    reason: str
+    command: str = ""
+
+
+class ExceptionRaised(Event, tag="exception"):
+    """An exception escaped the training step (recorded before any exception save)."""
+
+    error_type: str
+    message: str
+    traceback: str = ""
+
+
+AnyEvent: TypeAlias = Union[
+    RunStarted,
+    RunResumed,
+    RunFinished,
+    RunFailed,
+    Heartbeat,
+    CheckpointStarted,
+    CheckpointSaved,
+    CheckpointFailed,
+    CheckpointRemoved,
+    CheckpointInvalid,
+    SignalReceived,
+    RequeueIssued,
+    RequeueSkipped,
+    CommandReceived,
+    CommandApplied,
+    CommandRejected,
+    CommandExpired,
+    ExceptionRaised,
+]
+
+EVENT_TYPES: Final[tuple[type[Event], ...]] = get_args(AnyEvent)
+KINDS: Final[dict[str, type[Event]]] = {}
+for _cls in EVENT_TYPES:
+    _tag = _cls.__struct_config__.tag
+    assert isinstance(_tag, str)
+    _cls.KIND = _tag
+    KINDS[_tag] = _cls
+
+# Events whose loss would lose a fact a user acts on: the writer fsyncs these before returning.
+DURABLE_KINDS: Final = frozenset(
+    {
+        "run_started",
+        "run_resumed",
+        "run_finished",
+        "run_failed",
+        "checkpoint_saved",
+        "checkpoint_failed",
+        "checkpoint_removed",
+        "signal_received",
+        "requeue_issued",
+        "requeue_skipped",
+        "command_received",
+        "command_applied",
+        "command_rejected",
+        "command_expired",
+        "exception",
+    }
+)
+
+_encoder = msgspec.json.Encoder()
+_lenient_decoder = msgspec.json.Decoder(AnyEvent)
+_strict_decoders = {kind: msgspec.json.Decoder(cls, strict=True) for kind, cls in KINDS.items()}
+
+
+def encode(event: Event) -> bytes:
+    """Validate ``event`` and return it as one JSON line (with the trailing newline).
+
+    Raises :class:`EventValidationError` naming the field and the value when the
+    event breaks the schema, so an invalid record never reaches a log.
+    """
+    data = _encoder.encode(event)
+    try:
+        _strict_decoders[event.KIND].decode(data)
+    except msgspec.ValidationError as exc:
+        raise EventValidationError(_describe(event, str(exc))) from None
+    return data + b"\n"
+
+
+def validate(event: Event) -> None:
+    """Raise :class:`EventValidationError` if ``event`` would not be written."""
+    encode(event)
+
+
+def _describe(event: Event, msgspec_message: str) -> str:
+    # msgspec says "Expected `int`, got `str` - at `$.step`"; add the offending value.
+    field = msgspec_message.rsplit("$.", 1)[-1].rstrip("`") if "$." in msgspec_message else ""
+    value = getattr(event, field, None) if field else None
+    where = f"field {field!r} = {value!r}" if field else "event"
+    return f"invalid {event.KIND} event: {where}: {msgspec_message}"
+
+
+def encode_metrics(metrics: dict[str, Any] | None) -> msgspec.Raw:
+    """Encode a metrics mapping for :class:`Heartbeat`; values must be numbers (or None)."""
+    if not metrics:
+        return EMPTY_METRICS
+    for name, value in metrics.items():
+        if not isinstance(name, str) or not (
+            value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
+        ):
+            raise EventValidationError(
+                f"invalid heartbeat metric {name!r} = {value!r}: metrics must map names to numbers;"
+                " convert tensors with float(x)"
+            )
+    return msgspec.Raw(_encoder.encode(metrics))
+
+
+def decode_metrics(raw: msgspec.Raw) -> dict[str, float]:
+    """Decode a heartbeat's metrics; a malformed value gives an empty mapping (lenient read)."""
+    try:
+        value = msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+# --- lenient reading -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class BadLine:
+    """A line that was skipped while reading, with the reason; counted, shown, never raised."""
+
+    file: str
+    line: int
+    reason: Literal["corrupt", "unknown_kind", "invalid"]
+    detail: str
+
+
+def decode_line(line: bytes, file: str = "", lineno: int = 0) -> Event | BadLine:
+    """Decode one line leniently: an :class:`Event` or a :class:`BadLine` saying why not."""
+    try:
+        return _lenient_decoder.decode(line)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        return _classify(line, file, lineno, exc)
+
+
+def decode_lines(buf: bytes, file: str = "", first_lineno: int = 1) -> list[Event | BadLine]:
+    """Decode complete newline-terminated lines; bad lines come back as :class:`BadLine`.
+
+    The fast path decodes the whole buffer in one call; only a buffer with a bad
+    line falls back to line-by-line decoding.
+    """
+    try:
+        return list(_lenient_decoder.decode_lines(buf))
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        pass
+    out: list[Event | BadLine] = []
+    for offset, line in enumerate(buf.split(b"\n")):
+        if line.strip():
+            out.append(decode_line(line, file, first_lineno + offset))
+    return out
+
+
+def _classify(line: bytes, file: str, lineno: int, exc: Exception) -> BadLine:
+    try:
+        obj = msgspec.json.decode(line)
+    except msgspec.DecodeError:
+        return BadLine(file, lineno, "corrupt", _clip(line))
+    if isinstance(obj, dict) and isinstance(obj.get("kind"), str) and obj["kind"] not in KINDS:
+        return BadLine(file, lineno, "unknown_kind", str(obj["kind"]))
+    return BadLine(file, lineno, "invalid", str(exc))
+
+
+def _clip(line: bytes, limit: int = 80) -> str:
+    text = line.decode("utf-8", "replace")
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+# --- commands (dashboard/CLI -> training) ----------------------------------------------------
+
+
+class Command(
+    msgspec.Struct, frozen=True, kw_only=True, tag_field="command", forbid_unknown_fields=True
+):
+    """A one-shot request from a person to the running job, one file in ``control/inbox/``.
+
+    ``expires_at`` is Unix time after which the training side answers
+    ``command_expired`` instead of acting.
+    """
+
+    NAME: ClassVar[str]
+
+    v: int = FORMAT_VERSION
+    id: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_.-]{1,64}$")]
+    t: NonNegFloat
+    author: str
+    host: str
+    expires_at: NonNegFloat | None = None
+
+
+class SaveNow(Command, tag="save_now"):
+    """Save a checkpoint (trigger ``manual``) at the next step boundary."""
+
+
+class StopAfterSave(Command, tag="stop_after_save"):
+    """Save a checkpoint at the next step boundary, then end the job without requeue."""
+
+
+AnyCommand: TypeAlias = Union[SaveNow, StopAfterSave]
+COMMAND_TYPES: Final[tuple[type[Command], ...]] = get_args(AnyCommand)
+COMMANDS: Final[dict[str, type[Command]]] = {}
+for _ccls in COMMAND_TYPES:
+    _ctag = _ccls.__struct_config__.tag
+    assert isinstance(_ctag, str)
+    _ccls.NAME = _ctag
+    COMMANDS[_ctag] = _ccls
+
+_command_decoder = msgspec.json.Decoder(AnyCommand, strict=True)
+
+
+def encode_command(command: Command) -> bytes:
+    """Validate and encode a command file's content."""
+    data = _encoder.encode(command)
+    try:
+        _command_decoder.decode(data)
+    except msgspec.ValidationError as exc:
+        raise EventValidationError(f"invalid {command.NAME} command: {exc}") from None
+    return data + b"\n"
+
+
+def decode_command(data: bytes, file: str) -> Command:
+    """Parse a command file; raises :class:`MalformedControlFile` naming ``file`` and the problem."""
+    try:
+        return _command_decoder.decode(data)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        known = ", ".join(sorted(COMMANDS))
+        raise MalformedControlFile(
+            f"{file}: not a ckptdash command ({exc}); expected a JSON object with"
+            f" \"command\" one of {known} — create commands with `ckptdash save`/`ckptdash stop`"
+        ) from None
+
+
+# --- settings (durable, read fresh at decision time) -----------------------------------------
+
+
+class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The durable policy in ``control/settings.json``; replaced atomically as a whole."""
+
+    v: int = FORMAT_VERSION
+    requeue_suspended: bool = False
+    resume_pin: str | None = None
+    updated_at: NonNegFloat = 0.0
+    updated_by: str = ""
+
+
+_settings_decoder = msgspec.json.Decoder(Settings, strict=True)
+
+
+def encode_settings(settings: Settings) -> bytes:
+    """Encode the settings file's content."""
+    return msgspec.json.format(_encoder.encode(settings), indent=2) + b"\n"
+
+
+def decode_settings(data: bytes, file: str) -> Settings:
+    """Parse the settings file; raises :class:`MalformedControlFile` naming the file and the fix."""
+    try:
+        return _settings_decoder.decode(data)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise MalformedControlFile(
+            f"{file}: unreadable settings ({exc}); fix the file by hand or rewrite it with"
+            " `ckptdash requeue RUN_DIR --resume` / `ckptdash resume RUN_DIR --clear`"
+        ) from None
+
+
+def to_builtins(obj: Event | Command | Settings) -> dict[str, Any]:
+    """A JSON-ready dict of any record (for ``status --json`` and tests)."""
+    # Round-trip through JSON so raw fields (heartbeat metrics) become plain values.
+    out = msgspec.json.decode(_encoder.encode(obj))
+    assert isinstance(out, dict)
+    return out

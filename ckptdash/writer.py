@@ -1,0 +1,115 @@
+"""The event writer: one append-only JSONL file per attempt and writing process.
+
+Each line is written with a single ``write`` of the whole encoded line on a
+file opened with ``O_APPEND``, so a crash leaves at most one torn *last* line,
+which readers ignore until (never) its newline arrives. The file is created
+with ``O_EXCL``: two processes can never share one.
+
+Events in :data:`ckptdash.events.DURABLE_KINDS` are fsync'ed before
+:meth:`EventWriter.write` returns — the action they describe counts as done
+only then. Heartbeats and other chatter are flushed to the OS but not
+fsync'ed, which keeps them cheap.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from ckptdash.errors import RunDirError
+from ckptdash.events import DURABLE_KINDS, EMPTY_METRICS, Event, Heartbeat, encode, encode_metrics
+from ckptdash.rundir import RunDir
+
+
+class EventWriter:
+    """Append events for one (attempt, rank) of a run. Thread-safe; a context manager.
+
+    >>> with EventWriter("runs/exp1", attempt=0) as w:  # doctest: +SKIP
+    ...     w.emit(RunStarted, scheduler="local")
+    """
+
+    def __init__(
+        self,
+        run_dir: str | os.PathLike[str] | RunDir,
+        *,
+        attempt: int,
+        rank: int = 0,
+        host: str | None = None,
+    ) -> None:
+        self.run_dir = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
+        self.host = host or socket.gethostname()
+        self.attempt = attempt
+        self.rank = rank
+        try:
+            self.run_id = self.run_dir.ensure().run_id
+        except PermissionError as exc:
+            raise RunDirError(
+                f"{self.run_dir.root}: cannot create the run directory ({exc.strerror});"
+                " pick a run_dir you can write to"
+            ) from None
+        self.path: Path = self.run_dir.events / self.run_dir.event_file_name(attempt, rank, self.host)
+        self._lock = threading.Lock()
+        self._fd: int | None = os.open(
+            self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644
+        )
+
+    def write(self, event: Event) -> None:
+        """Validate and append ``event``; fsync it if its kind is durable.
+
+        Raises :class:`~ckptdash.errors.EventValidationError` before anything is
+        written if the event breaks the schema.
+        """
+        line = encode(event)
+        with self._lock:
+            if self._fd is None:
+                raise ValueError(f"{self.path}: the event writer is closed")
+            _write_all(self._fd, line)
+            if event.KIND in DURABLE_KINDS:
+                os.fsync(self._fd)
+
+    def emit(self, kind: type[Event], *, step: int | None = None, **fields: Any) -> Event:
+        """Build an event of ``kind`` with this writer's envelope, write it and return it."""
+        if kind is Heartbeat and not isinstance(fields.get("metrics", EMPTY_METRICS), msgspec.Raw):
+            fields["metrics"] = encode_metrics(fields["metrics"])
+        event = kind(
+            t=fields.pop("t", None) or time.time(),
+            run=self.run_id,
+            attempt=self.attempt,
+            rank=self.rank,
+            host=self.host,
+            step=step,
+            **fields,
+        )
+        self.write(event)
+        return event
+
+    def close(self) -> None:
+        """Fsync and close the file; later writes raise."""
+        with self._lock:
+            if self._fd is not None:
+                try:
+                    os.fsync(self._fd)
+                finally:
+                    os.close(self._fd)
+                    self._fd = None
+
+    def __enter__(self) -> EventWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    # One write() of a whole line is the normal case; loop only for short writes
+    # (signals, full pipes) so a line is never left half-written by us.
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
