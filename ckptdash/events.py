@@ -18,7 +18,7 @@ raises: bad lines are returned as :class:`BadLine` records to be counted).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Any, ClassVar, Final, Literal, TypeAlias, Union, get_args
+from typing import Annotated, Any, ClassVar, Final, Literal, TypeAlias, get_args
 
 import msgspec
 
@@ -65,7 +65,7 @@ class Event(
 # --- run lifecycle ---------------------------------------------------------------------------
 
 
-class RunStarted(Event, tag="run_started"):
+class RunStarted(Event, frozen=True, tag="run_started"):
     """An attempt began: which scheduler and job it runs under."""
 
     scheduler: str = "local"
@@ -76,26 +76,26 @@ class RunStarted(Event, tag="run_started"):
     requeue_budget: NonNegInt | None = None
 
 
-class RunResumed(Event, tag="run_resumed"):
+class RunResumed(Event, frozen=True, tag="run_resumed"):
     """The attempt loaded a checkpoint; ``reason`` says why that one (the resume rule)."""
 
     path: NonEmptyStr
     reason: str
 
 
-class RunFinished(Event, tag="run_finished"):
+class RunFinished(Event, frozen=True, tag="run_finished"):
     """The attempt ended on purpose: training complete, or stopped for requeue/preemption."""
 
     reason: str = "completed"
 
 
-class RunFailed(Event, tag="run_failed"):
+class RunFailed(Event, frozen=True, tag="run_failed"):
     """The attempt ended with an error."""
 
     error: str
 
 
-class Heartbeat(Event, tag="heartbeat"):
+class Heartbeat(Event, frozen=True, tag="heartbeat"):
     """Progress: step, epoch, metrics (a raw JSON object of numbers) and time left."""
 
     epoch: NonNegInt | None = None
@@ -106,14 +106,14 @@ class Heartbeat(Event, tag="heartbeat"):
 # --- checkpoints -----------------------------------------------------------------------------
 
 
-class CheckpointStarted(Event, tag="checkpoint_started"):
+class CheckpointStarted(Event, frozen=True, tag="checkpoint_started"):
     """A save began writing ``path``."""
 
     path: NonEmptyStr
     trigger: Trigger
 
 
-class CheckpointSaved(Event, tag="checkpoint_saved"):
+class CheckpointSaved(Event, frozen=True, tag="checkpoint_saved"):
     """``path`` is durable: renamed into place and fsync'ed. It exists only from this event on."""
 
     path: NonEmptyStr
@@ -124,7 +124,7 @@ class CheckpointSaved(Event, tag="checkpoint_saved"):
     epoch: NonNegInt | None = None
 
 
-class CheckpointFailed(Event, tag="checkpoint_failed"):
+class CheckpointFailed(Event, frozen=True, tag="checkpoint_failed"):
     """A save did not complete; the previous file of that name (if any) is intact."""
 
     path: NonEmptyStr
@@ -132,14 +132,14 @@ class CheckpointFailed(Event, tag="checkpoint_failed"):
     error: str
 
 
-class CheckpointRemoved(Event, tag="checkpoint_removed"):
+class CheckpointRemoved(Event, frozen=True, tag="checkpoint_removed"):
     """A checkpoint was deleted (rotation) or replaced; it is no longer a resume candidate."""
 
     path: NonEmptyStr
     reason: str = ""
 
 
-class CheckpointInvalid(Event, tag="checkpoint_invalid"):
+class CheckpointInvalid(Event, frozen=True, tag="checkpoint_invalid"):
     """A recorded checkpoint failed validation (missing, wrong size, wrong checksum)."""
 
     path: NonEmptyStr
@@ -149,21 +149,21 @@ class CheckpointInvalid(Event, tag="checkpoint_invalid"):
 # --- signals and requeue ---------------------------------------------------------------------
 
 
-class SignalReceived(Event, tag="signal_received"):
+class SignalReceived(Event, frozen=True, tag="signal_received"):
     """A signal arrived; ``action`` is what the configuration says it means."""
 
     signal: NonEmptyStr
     action: str = ""
 
 
-class RequeueIssued(Event, tag="requeue_issued"):
+class RequeueIssued(Event, frozen=True, tag="requeue_issued"):
     """The job asked its scheduler to run it again."""
 
     job_id: str | None = None
     command: str = ""
 
 
-class RequeueSkipped(Event, tag="requeue_skipped"):
+class RequeueSkipped(Event, frozen=True, tag="requeue_skipped"):
     """A requeue was due but not made; ``reason`` says why (suspended, budget, no scheduler)."""
 
     reason: str
@@ -172,14 +172,14 @@ class RequeueSkipped(Event, tag="requeue_skipped"):
 # --- commands (the answers of the training side) ---------------------------------------------
 
 
-class CommandReceived(Event, tag="command_received"):
+class CommandReceived(Event, frozen=True, tag="command_received"):
     """The training side claimed a command from the inbox."""
 
     command_id: NonEmptyStr
     command: str
 
 
-class CommandApplied(Event, tag="command_applied"):
+class CommandApplied(Event, frozen=True, tag="command_applied"):
     """The command was carried out; ``detail`` holds e.g. the checkpoint path."""
 
     command_id: NonEmptyStr
@@ -187,7 +187,7 @@ class CommandApplied(Event, tag="command_applied"):
     detail: str = ""
 
 
-class CommandRejected(Event, tag="command_rejected"):
+class CommandRejected(Event, frozen=True, tag="command_rejected"):
     """The command was refused, with the reason (malformed, unknown, not allowed now)."""
 
     command_id: NonEmptyStr
@@ -195,7 +195,7 @@ class CommandRejected(Event, tag="command_rejected"):
     command: str = ""
 
 
-class CommandExpired(Event, tag="command_expired"):
+class CommandExpired(Event, frozen=True, tag="command_expired"):
     """The command was never applied: it timed out, or its claimer died before answering."""
 
     command_id: NonEmptyStr
@@ -203,7 +203,7 @@ class CommandExpired(Event, tag="command_expired"):
     command: str = ""
 
 
-class ExceptionRaised(Event, tag="exception"):
+class ExceptionRaised(Event, frozen=True, tag="exception"):
     """An exception escaped the training step (recorded before any exception save)."""
 
     error_type: str
@@ -211,26 +211,26 @@ class ExceptionRaised(Event, tag="exception"):
     traceback: str = ""
 
 
-AnyEvent: TypeAlias = Union[
-    RunStarted,
-    RunResumed,
-    RunFinished,
-    RunFailed,
-    Heartbeat,
-    CheckpointStarted,
-    CheckpointSaved,
-    CheckpointFailed,
-    CheckpointRemoved,
-    CheckpointInvalid,
-    SignalReceived,
-    RequeueIssued,
-    RequeueSkipped,
-    CommandReceived,
-    CommandApplied,
-    CommandRejected,
-    CommandExpired,
-    ExceptionRaised,
-]
+AnyEvent: TypeAlias = (
+    RunStarted
+    | RunResumed
+    | RunFinished
+    | RunFailed
+    | Heartbeat
+    | CheckpointStarted
+    | CheckpointSaved
+    | CheckpointFailed
+    | CheckpointRemoved
+    | CheckpointInvalid
+    | SignalReceived
+    | RequeueIssued
+    | RequeueSkipped
+    | CommandReceived
+    | CommandApplied
+    | CommandRejected
+    | CommandExpired
+    | ExceptionRaised
+)
 
 EVENT_TYPES: Final[tuple[type[Event], ...]] = get_args(AnyEvent)
 KINDS: Final[dict[str, type[Event]]] = {}
@@ -392,15 +392,15 @@ class Command(
     expires_at: NonNegFloat | None = None
 
 
-class SaveNow(Command, tag="save_now"):
+class SaveNow(Command, frozen=True, tag="save_now"):
     """Save a checkpoint (trigger ``manual``) at the next step boundary."""
 
 
-class StopAfterSave(Command, tag="stop_after_save"):
+class StopAfterSave(Command, frozen=True, tag="stop_after_save"):
     """Save a checkpoint at the next step boundary, then end the job without requeue."""
 
 
-AnyCommand: TypeAlias = Union[SaveNow, StopAfterSave]
+AnyCommand: TypeAlias = SaveNow | StopAfterSave
 COMMAND_TYPES: Final[tuple[type[Command], ...]] = get_args(AnyCommand)
 COMMANDS: Final[dict[str, type[Command]]] = {}
 for _ccls in COMMAND_TYPES:
@@ -423,14 +423,14 @@ def encode_command(command: Command) -> bytes:
 
 
 def decode_command(data: bytes, file: str) -> Command:
-    """Parse a command file; raises :class:`MalformedControlFile` naming ``file`` and the problem."""
+    """Parse a command file; :class:`MalformedControlFile` names ``file`` and the problem."""
     try:
         return _command_decoder.decode(data)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
         known = ", ".join(sorted(COMMANDS))
         raise MalformedControlFile(
             f"{file}: not a ckptdash command ({exc}); expected a JSON object with"
-            f" \"command\" one of {known} — create commands with `ckptdash save`/`ckptdash stop`"
+            f' "command" one of {known} — create commands with `ckptdash save`/`ckptdash stop`'
         ) from None
 
 

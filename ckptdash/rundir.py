@@ -96,7 +96,7 @@ class _HashingWriter:
 
 
 def fsync_dir(path: Path) -> None:
-    """Make a rename or create inside ``path`` durable (a no-op where directories can't be opened)."""
+    """Make a rename or create inside ``path`` durable (no-op where a directory can't open)."""
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     except OSError:
@@ -136,8 +136,10 @@ def atomic_write(
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     except OSError as exc:
         raise CheckpointWriteError(
-            exc.errno, f"cannot create a temp file next to {path}: {exc.strerror}; check that"
-            " the directory exists and is writable", str(tmp)
+            exc.errno,
+            f"cannot create a temp file next to {path}: {exc.strerror}; check that"
+            " the directory exists and is writable",
+            str(tmp),
         ) from exc
     try:
         with os.fdopen(fd, "wb") as raw:
@@ -155,7 +157,8 @@ def atomic_write(
             os.unlink(tmp)
         if isinstance(exc, OSError) and not isinstance(exc, CheckpointWriteError):
             raise CheckpointWriteError(
-                exc.errno, f"writing {path} failed ({exc.strerror}); the previous file is intact",
+                exc.errno,
+                f"writing {path} failed ({exc.strerror}); the previous file is intact",
                 str(path),
             ) from exc
         raise
@@ -304,7 +307,9 @@ def find_runs(path: str | os.PathLike[str]) -> list[RunDir]:
     try:
         children = sorted(p for p in root.iterdir() if p.is_dir())
     except PermissionError as exc:
-        raise RunDirError(f"{root}: cannot list the folder ({exc.strerror}); check its permissions") from None
+        raise RunDirError(
+            f"{root}: cannot list the folder ({exc.strerror}); check its permissions"
+        ) from None
     runs = [RunDir(p) for p in children if RunDir(p).is_run()]
     if not runs:
         raise RunDirError(
@@ -312,4 +317,3 @@ def find_runs(path: str | os.PathLike[str]) -> list[RunDir]:
             " start training with ckptdash first, or pass the right folder"
         )
     return runs
-

@@ -53,7 +53,9 @@ class EventWriter:
                 f"{self.run_dir.root}: cannot create the run directory ({exc.strerror});"
                 " pick a run_dir you can write to"
             ) from None
-        self.path: Path = self.run_dir.events / self.run_dir.event_file_name(attempt, rank, self.host)
+        self.path: Path = self.run_dir.events / self.run_dir.event_file_name(
+            attempt, rank, self.host
+        )
         self._lock = threading.Lock()
         self._fd: int | None = os.open(
             self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644
