@@ -24,7 +24,7 @@ import msgspec
 
 from ckptdash.errors import RunDirError
 from ckptdash.events import DURABLE_KINDS, EMPTY_METRICS, Event, Heartbeat, encode, encode_metrics
-from ckptdash.rundir import RunDir
+from ckptdash.rundir import EVENT_SUFFIX, RunDir
 
 
 class EventWriter:
@@ -53,13 +53,23 @@ class EventWriter:
                 f"{self.run_dir.root}: cannot create the run directory ({exc.strerror});"
                 " pick a run_dir you can write to"
             ) from None
-        self.path: Path = self.run_dir.events / self.run_dir.event_file_name(
-            attempt, rank, self.host
-        )
+        self.path, fd = self._create()
         self._lock = threading.Lock()
-        self._fd: int | None = os.open(
-            self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644
-        )
+        self._fd: int | None = fd
+
+    def _create(self) -> tuple[Path, int]:
+        # O_EXCL guarantees a single writer per file; a second writer of the same attempt
+        # in this process (a second fit()) gets the next free suffix.
+        base = self.run_dir.event_file_name(self.attempt, self.rank, self.host)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND
+        for n in range(1000):
+            name = base if n == 0 else base.replace(EVENT_SUFFIX, f"-{n}{EVENT_SUFFIX}")
+            path = self.run_dir.events / name
+            try:
+                return path, os.open(path, flags, 0o644)
+            except FileExistsError:
+                continue
+        raise RunDirError(f"{self.run_dir.events}: 1000 event files named {base}; clean up the run")
 
     def write(self, event: Event) -> None:
         """Validate and append ``event``; fsync it if its kind is durable.
@@ -90,6 +100,12 @@ class EventWriter:
         )
         self.write(event)
         return event
+
+    def sync(self) -> None:
+        """Fsync everything written so far (the writer stays open)."""
+        with self._lock:
+            if self._fd is not None:
+                os.fsync(self._fd)
 
     def close(self) -> None:
         """Fsync and close the file; later writes raise."""

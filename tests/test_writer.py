@@ -46,12 +46,11 @@ def test_invalid_event_writes_nothing(tmp_path: Path) -> None:
 
 def test_two_writers_never_share_a_file(tmp_path: Path) -> None:
     """Two writers of the same attempt and rank in one process still get separate files."""
-    a = EventWriter(tmp_path, attempt=0)
-    try:
-        with pytest.raises(FileExistsError):
-            EventWriter(tmp_path, attempt=0)
-    finally:
-        a.close()
+    with EventWriter(tmp_path, attempt=0) as a, EventWriter(tmp_path, attempt=0) as b:
+        assert a.path != b.path
+        a.emit(events.RunFinished)
+        b.emit(events.RunFinished)
+    assert len(read_lines(a.path)) == len(read_lines(b.path)) == 1
 
 
 def test_threads_write_whole_lines(tmp_path: Path) -> None:

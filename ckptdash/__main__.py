@@ -1,0 +1,7 @@
+"""``python -m ckptdash`` is the ``ckptdash`` command."""
+
+import sys
+
+from ckptdash.cli import main
+
+sys.exit(main())

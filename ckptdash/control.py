@@ -1,0 +1,505 @@
+"""The control channel: one-shot commands and durable settings, as files in the run directory.
+
+A command lives its whole life as one file, ``<id>.json``, that only ever moves::
+
+    dashboard/CLI                   training side (rank 0)
+    ─────────────                   ──────────────────────
+    issue()  ──> control/inbox/ ──claim()──> control/claimed/ ──complete()──> control/done/
+                                     │                            ▲
+                                     └─> outcome event ───────────┘
+                                         (command_received, then applied / rejected / expired)
+
+Why each command is applied at most once, on local disks, NFS and Lustre alike:
+
+* :func:`issue` writes the file under a temp name and links it into the inbox,
+  so a claimer never sees it empty or half-written.
+* The claim *is* ``rename(inbox/x, claimed/x)``: the filesystem lets exactly
+  one caller succeed; every other claimer gets ``FileNotFoundError`` and skips
+  the file. Nothing else is needed to agree on who owns a command.
+* The caller writes the outcome event (fsync'ed) *before* :func:`complete`
+  moves the file to ``done/``. A claimer that dies in between leaves the file
+  in ``claimed/``: an *orphan*. The next attempt calls :func:`orphans` before
+  it claims anything and answers each one with ``command_expired`` — a
+  command is never applied twice, and never left without an answer.
+* Nothing is dropped: a file that does not parse is still claimed and comes
+  back with ``error`` set, so the caller answers ``command_rejected`` saying why.
+
+Settings are a single small file, ``control/settings.json``, replaced as a
+whole with :func:`~ckptdash.rundir.atomic_write` (readers see the old file
+or the new one) and read fresh at every decision (:func:`read_settings` has no
+cache), so a click just before a preemption signal still counts.
+
+>>> cmd = issue("runs/exp1", "save_now")       # doctest: +SKIP
+>>> [c.command for c in claim("runs/exp1")]    # doctest: +SKIP
+[SaveNow(id='01764430000123456789-1f2e3d4c', ...)]
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import errno
+import getpass
+import math
+import os
+import re
+import secrets
+import socket
+import stat
+import sys
+import threading
+import time
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final, TypeAlias
+
+import msgspec
+
+from ckptdash.errors import ControlError, MalformedControlFile, RunDirError
+from ckptdash.events import (
+    COMMAND_TYPES,
+    COMMANDS,
+    Command,
+    Settings,
+    decode_command,
+    decode_settings,
+    encode_command,
+    encode_settings,
+)
+from ckptdash.rundir import RunDir, atomic_write, create_exclusive, fsync_dir, is_temp_file
+
+if sys.platform != "win32":
+    import fcntl
+
+COMMAND_SUFFIX: Final = ".json"
+SETTINGS_LOCK: Final = "control/settings.lock"
+MAX_CONTROL_FILE_BYTES: Final = 64 * 1024
+"""A command or settings file larger than this is malformed; it is rejected without being read."""
+
+DEFAULT_TTL_S: Final = 600.0
+FILE_MODE: Final = 0o600  # commands and settings say who did what: owner-only
+
+_ID_RE: Final = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")  # the pattern of Command.id
+_HOW_TO_ISSUE: Final = "create commands with `ckptdash save` / `ckptdash stop` (or control.issue())"
+# NFS "silly-renames" a file that is deleted while open to .nfsXXXX; it is not ours to claim.
+_NFS_SILLY_PREFIX: Final = ".nfs"
+_HOW_TO_FIX_SETTINGS: Final = "remove it and set the settings again (control.update_settings())"
+
+
+class _Unset(enum.Enum):
+    UNSET = enum.auto()
+
+
+UNSET: Final = _Unset.UNSET
+"""Default of :func:`update_settings` arguments: leave that setting as it is."""
+
+PathArg: TypeAlias = "str | os.PathLike[str] | RunDir"
+
+
+# --- commands --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """One command file this process now owns, taken from the inbox or found orphaned.
+
+    ``command`` is the parsed command, or ``None`` when the file did not parse —
+    then ``error`` says which file and why, and the caller answers
+    ``command_rejected``. ``expired`` is true when ``expires_at`` has passed;
+    the caller answers ``command_expired`` instead of acting. Either way the
+    caller then calls :func:`complete` with this object.
+    """
+
+    id: str
+    path: Path
+    command: Command | None
+    error: str | None = None
+    expired: bool = False
+
+    @property
+    def command_name(self) -> str:
+        """``save_now``, ``stop_after_save``…, or ``""`` for a file that did not parse."""
+        return self.command.NAME if self.command is not None else ""
+
+
+def issue(
+    run_dir: PathArg,
+    command: type[Command] | str,
+    *,
+    author: str | None = None,
+    host: str | None = None,
+    ttl_s: float | None = DEFAULT_TTL_S,
+    now: float | None = None,
+) -> Command:
+    """Put a new command in the run's inbox and return it.
+
+    ``command`` is a command class (:class:`~ckptdash.events.SaveNow`) or its
+    name (``"save_now"``). The id is unique and sorts by creation time. The
+    command expires ``ttl_s`` seconds from now (``None``: never). The file is
+    created complete and owner-only (mode 0600); an existing file is never
+    replaced.
+
+    Raises :class:`RunDirError` if ``run_dir`` is not a run (nothing is
+    created then), :class:`ControlError` for an unknown command, a bad ttl or
+    a file that cannot be written, and
+    :class:`~ckptdash.errors.EventValidationError` for fields the schema
+    refuses (a negative ``now``).
+
+    >>> issue("runs/exp1", "stop_after_save", ttl_s=300)  # doctest: +SKIP
+    """
+    cls = _command_class(command)
+    if ttl_s is not None and not (math.isfinite(ttl_s) and ttl_s > 0):
+        raise ControlError(f"ttl_s={ttl_s!r}: must be a positive number of seconds, or None")
+    rd = _existing_run(run_dir)
+    if now is None:
+        ns = time.time_ns()
+        t = ns / 1e9
+    else:
+        ns, t = round(now * 1e9), now
+    _make_dirs(rd.inbox)
+    for _ in range(3):  # a collision needs the same nanosecond *and* 32 random bits
+        cmd = cls(
+            id=f"{ns:020d}-{secrets.token_hex(4)}",
+            t=t,
+            author=_default_author() if author is None else author,
+            host=socket.gethostname() if host is None else host,
+            expires_at=None if ttl_s is None else t + ttl_s,
+        )
+        target = rd.inbox / f"{cmd.id}{COMMAND_SUFFIX}"
+        data = encode_command(cmd)
+        try:
+            if create_exclusive(target, data, mode=FILE_MODE):
+                return cmd
+        except OSError as exc:
+            raise ControlError(
+                f"{target}: cannot create the command file ({exc.strerror}); check that you can"
+                f" write to {rd.inbox}"
+            ) from exc
+    raise ControlError(f"{rd.inbox}: could not pick an unused command id; try again")
+
+
+def claim(run_dir: PathArg, *, now: float | None = None) -> list[Claimed]:
+    """Take every command in the inbox, oldest first; each file goes to exactly one caller.
+
+    Call it on one process per run (rank 0). Files another claimer took first
+    are skipped; temp files of writes in progress are left alone. Malformed
+    files are claimed too and come back with ``error`` set — none is dropped.
+    The moves are durable before this returns, so the caller may act on them.
+    A file that cannot be moved (permissions) stays pending, with a
+    :class:`RuntimeWarning` naming it: a broken control file never stops training.
+
+    >>> for c in claim(run.root):  # doctest: +SKIP
+    ...     writer.emit(CommandReceived, command_id=c.id, command=c.command_name)
+    """
+    rd = _run(run_dir)
+    names = _listing(rd.inbox)
+    if not names:
+        return []
+    _make_dirs(rd.claimed)
+    taken: list[str] = []
+    for name in names:
+        try:
+            os.rename(rd.inbox / name, rd.claimed / name)
+        except FileNotFoundError:
+            # Another claimer won. (On NFS a retransmitted RENAME can also report
+            # ENOENT for a rename that did happen: the file then waits in
+            # claimed/ as an orphan and is answered command_expired, never applied twice.)
+            continue
+        except OSError as exc:
+            warnings.warn(
+                f"{rd.inbox / name}: cannot claim it ({exc.strerror}); it stays pending until"
+                f" it can be moved to {rd.claimed}: check both folders' permissions and"
+                " that nothing of that name is in the way",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            continue
+        taken.append(name)
+    if taken:
+        fsync_dir(rd.claimed)
+        fsync_dir(rd.inbox)
+    t = time.time() if now is None else now
+    return [_parse(rd.claimed / name, t) for name in taken]
+
+
+def complete(run_dir: PathArg, command: Claimed | str) -> None:
+    """Move a claimed command to ``done/`` once its outcome event is written. Idempotent.
+
+    ``command`` is what :func:`claim` or :func:`orphans` returned (this works
+    for every file, whatever its name) or a command id (the file ``<id>.json``).
+    """
+    rd = _run(run_dir)
+    name = command.path.name if isinstance(command, Claimed) else f"{command}{COMMAND_SUFFIX}"
+    if not name or os.sep in name or name in (".", ".."):
+        raise ControlError(f"{name!r}: not a command file name; pass what claim() returned")
+    _make_dirs(rd.done)
+    try:
+        os.rename(rd.claimed / name, rd.done / name)
+    except FileNotFoundError:
+        return  # already done, or never claimed
+    fsync_dir(rd.done)
+    fsync_dir(rd.claimed)
+
+
+def orphans(run_dir: PathArg, *, now: float | None = None) -> list[Claimed]:
+    """Commands a previous claimer took but never completed (it died in between).
+
+    Call this at the start of an attempt, before the first :func:`claim`, while
+    no other claimer of the run is alive; answer each with ``command_expired``
+    and :func:`complete` it. Files are parsed as :func:`claim` parses them.
+    """
+    rd = _run(run_dir)
+    t = time.time() if now is None else now
+    return [_parse(rd.claimed / name, t) for name in _listing(rd.claimed)]
+
+
+def pending(run_dir: PathArg) -> list[str]:
+    """Ids of the commands waiting in the inbox, oldest first (the dashboard's "pending")."""
+    return [_id_of(name) for name in _listing(_run(run_dir).inbox)]
+
+
+def _command_class(command: type[Command] | str) -> type[Command]:
+    if isinstance(command, str):
+        try:
+            return COMMANDS[command]
+        except KeyError:
+            known = ", ".join(sorted(COMMANDS))
+            raise ControlError(f"unknown command {command!r}; use one of {known}") from None
+    if command not in COMMAND_TYPES:
+        known = ", ".join(sorted(COMMANDS))
+        raise ControlError(f"{command!r} is not a command class; use one of {known}")
+    return command
+
+
+def _listing(directory: Path) -> list[str]:
+    """Names in ``directory`` that may be commands, sorted (ids sort by creation time)."""
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return []
+    return sorted(n for n in names if not is_temp_file(n) and not n.startswith(_NFS_SILLY_PREFIX))
+
+
+def _id_of(name: str) -> str:
+    stem = name.removesuffix(COMMAND_SUFFIX)
+    return stem or name
+
+
+def _parse(path: Path, now: float) -> Claimed:
+    """Read a command file this process owns; any problem becomes ``error``, never an exception."""
+    file_id = _id_of(path.name)
+    try:
+        data = _read_small(path, _HOW_TO_ISSUE, follow_symlinks=False)
+        if not path.name.endswith(COMMAND_SUFFIX) or not _ID_RE.match(file_id):
+            raise MalformedControlFile(
+                f"{path}: command files are named <id>{COMMAND_SUFFIX} with the id inside;"
+                f" {_HOW_TO_ISSUE}"
+            )
+        cmd = decode_command(data, str(path))
+        if cmd.id != file_id:
+            raise MalformedControlFile(
+                f"{path}: holds command id {cmd.id!r} but is named after {file_id!r};"
+                f" {_HOW_TO_ISSUE}"
+            )
+    except MalformedControlFile as exc:
+        return Claimed(file_id, path, None, str(exc))
+    except FileNotFoundError:
+        return Claimed(
+            file_id, path, None, f"{path}: vanished after it was claimed; nothing was done"
+        )
+    expired = cmd.expires_at is not None and now > cmd.expires_at
+    return Claimed(file_id, path, cmd, None, expired)
+
+
+def _read_small(path: Path, fix: str, *, follow_symlinks: bool = True) -> bytes:
+    """Read a control file of at most MAX_CONTROL_FILE_BYTES; anything else is malformed.
+
+    Opened non-blocking so a FIFO cannot hang the training loop, checked to be a
+    regular file, and never read past the limit however big it is.
+    """
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)
+    if not follow_symlinks:
+        flags |= getattr(os, "O_NOFOLLOW", 0)
+    fd = -1
+    try:
+        fd = os.open(path, flags)
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+            raise MalformedControlFile(f"{path}: {kind}; remove it. {fix}")
+        if st.st_size > MAX_CONTROL_FILE_BYTES:
+            raise MalformedControlFile(
+                f"{path}: {st.st_size} bytes, more than a control file may hold"
+                f" ({MAX_CONTROL_FILE_BYTES}); not read. {fix}"
+            )
+        with os.fdopen(fd, "rb") as f:
+            fd = -1  # the file object owns it now
+            data = f.read(MAX_CONTROL_FILE_BYTES + 1)
+        if len(data) > MAX_CONTROL_FILE_BYTES:  # grew after fstat
+            raise MalformedControlFile(
+                f"{path}: more than {MAX_CONTROL_FILE_BYTES} bytes; not read. {fix}"
+            )
+        return data
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # O_NOFOLLOW met a symbolic link
+            raise MalformedControlFile(f"{path}: a symbolic link; remove it. {fix}") from None
+        raise MalformedControlFile(
+            f"{path}: cannot read it ({exc.strerror}); check its permissions. {fix}"
+        ) from None
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+# --- settings --------------------------------------------------------------------------------
+
+
+def read_settings(run_dir: PathArg) -> Settings:
+    """The run's settings, read from disk now (no cache); defaults when there is no file yet.
+
+    Raises :class:`MalformedControlFile` naming the file and the fix when it
+    exists but does not parse — a policy must never silently fall back.
+    """
+    path = _run(run_dir).settings
+    try:
+        data = _read_small(path, _HOW_TO_FIX_SETTINGS)
+    except FileNotFoundError:
+        return Settings()
+    return decode_settings(data, str(path))
+
+
+def update_settings(
+    run_dir: PathArg,
+    *,
+    requeue_suspended: bool | None = None,
+    resume_pin: str | _Unset | None = UNSET,
+    author: str | None = None,
+    now: float | None = None,
+) -> Settings:
+    """Change some settings, keep the others, and return the new settings.
+
+    ``requeue_suspended=None`` and ``resume_pin=UNSET`` leave that setting as
+    it is; ``resume_pin=None`` clears the pin. ``author`` is recorded as
+    ``updated_by`` (default ``user@host``). The file is read, changed and
+    replaced atomically under a lock, so two dashboards changing different
+    settings at once do not undo each other. An existing file that does not
+    parse is left alone and :class:`MalformedControlFile` is raised.
+
+    >>> update_settings("runs/exp1", requeue_suspended=True)  # doctest: +SKIP
+    >>> update_settings("runs/exp1", resume_pin="checkpoints/step=1200.ckpt")  # doctest: +SKIP
+    """
+    if requeue_suspended is not None and not isinstance(requeue_suspended, bool):
+        raise ControlError(f"requeue_suspended={requeue_suspended!r}: must be True or False")
+    if isinstance(resume_pin, str) and not resume_pin:
+        raise ControlError("resume_pin='': must be a checkpoint path, or None to clear the pin")
+    if resume_pin is not UNSET and resume_pin is not None and not isinstance(resume_pin, str):
+        raise ControlError(
+            f"resume_pin={resume_pin!r}: must be a checkpoint path, or None to clear the pin"
+        )
+    if author is None:
+        author = f"{_default_author()}@{socket.gethostname()}"
+    rd = _existing_run(run_dir)
+    _make_dirs(rd.settings.parent)
+    with _settings_lock(rd):
+        current = read_settings(rd)
+        changes: dict[str, object] = {
+            "updated_at": time.time() if now is None else now,
+            "updated_by": author,
+        }
+        if requeue_suspended is not None:
+            changes["requeue_suspended"] = requeue_suspended
+        if resume_pin is not UNSET:
+            changes["resume_pin"] = resume_pin
+        new = msgspec.structs.replace(current, **changes)
+        data = encode_settings(new)
+        try:  # strict writer: never leave a file that read_settings() would refuse
+            decode_settings(data, str(rd.settings))
+        except MalformedControlFile as exc:
+            raise ControlError(f"refusing to write these settings: {exc}") from None
+        atomic_write(rd.settings, data, mode=FILE_MODE)
+    return new
+
+
+# flock locks belong to an open file, but where the kernel emulates them with
+# POSIX locks (NFS) they belong to the process, so threads of one process also
+# take this lock.
+_process_settings_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def _settings_lock(rd: RunDir) -> Iterator[None]:
+    """Serialise read-modify-write of the settings between processes and hosts, best effort.
+
+    ``flock`` excludes processes on one host everywhere, and across hosts on
+    NFSv4, on NFSv3 with a lock daemon, and on Lustre mounted with ``-o flock``.
+    Where the filesystem has no locks (NFS ``nolock``, Lustre without ``flock``
+    or with ``localflock``) two simultaneous updates from different hosts can
+    still lose one; the file itself is never torn either way.
+    """
+    lock_path = rd.root / SETTINGS_LOCK
+    with _process_settings_lock:
+        try:
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, FILE_MODE)
+        except OSError as exc:
+            raise ControlError(
+                f"{lock_path}: cannot open the settings lock ({exc.strerror}); check that you"
+                f" can write to {lock_path.parent}"
+            ) from exc
+        try:
+            if sys.platform != "win32":
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX)
+                except OSError as exc:
+                    warnings.warn(
+                        f"{lock_path}: the filesystem refuses locks ({exc.strerror}); settings"
+                        " changed from two places at the same moment may overwrite each other",
+                        RuntimeWarning,
+                        stacklevel=4,
+                    )
+            yield
+        finally:
+            os.close(fd)  # releases the flock
+
+
+# --- the run directory -----------------------------------------------------------------------
+
+
+def _run(run_dir: PathArg) -> RunDir:
+    return run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
+
+
+def _existing_run(run_dir: PathArg) -> RunDir:
+    """The run at ``run_dir``; the dashboard side never creates a run, only its control files."""
+    rd = _run(run_dir)
+    if not rd.root.is_dir():
+        raise RunDirError(
+            f"{rd.root}: no such run directory; pass the run directory your training writes to"
+            " (the run_dir given to CkptDashCallback or Monitor)"
+        )
+    if not rd.is_run():
+        raise RunDirError(
+            f"{rd.root}: not a ckptdash run (no events/ folder); pass the run directory your"
+            " training writes to, or start the training first"
+        )
+    return rd
+
+
+def _make_dirs(path: Path) -> None:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ControlError(
+            f"{path}: cannot create the folder ({exc.strerror}); check the run directory's"
+            " permissions"
+        ) from exc
+
+
+def _default_author() -> str:
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError, ImportError):  # no login name in the environment or passwd
+        return f"uid-{os.getuid()}" if hasattr(os, "getuid") else "unknown"

@@ -1,0 +1,266 @@
+"""ckptdash for PyTorch Lightning: add one callback to the Trainer.
+
+    trainer = L.Trainer(callbacks=[CkptDashCallback("runs/exp1")])
+    trainer.fit(model)            # no ckpt_path: the resume rule picks it
+
+The callback wraps the Trainer's CheckpointIO (whatever it is: the default,
+a custom one, ``AsyncCheckpointIO``), so every write — ModelCheckpoint
+(``periodic``), ``trainer.save_checkpoint`` (``api``), OnExceptionCheckpoint
+(``exception``), and its own signal/manual saves — is recorded with its path,
+size, duration, checksum and trigger. Works with ``lightning.pytorch`` or, if
+that is missing, ``pytorch_lightning``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import os
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from ckptdash.events import CheckpointRemoved, CheckpointSaved, Trigger
+from ckptdash.train.config import TrainConfig
+from ckptdash.train.saving import META_KEY, durable_existing, record_save, save_atomic
+from ckptdash.train.scheduler import Scheduler
+from ckptdash.train.session import Session
+
+try:
+    import lightning.pytorch as pl
+    from lightning.pytorch.callbacks import ModelCheckpoint, OnExceptionCheckpoint
+    from lightning.pytorch.plugins.io import AsyncCheckpointIO, CheckpointIO, TorchCheckpointIO
+except ImportError:  # pragma: no cover - exercised only where the old package name is installed
+    # The old package name ships the same classes; mypy sees them as distinct types.
+    import pytorch_lightning as pl  # type: ignore[no-redef,unused-ignore]
+    from pytorch_lightning.callbacks import (  # type: ignore[assignment,unused-ignore]
+        ModelCheckpoint,
+        OnExceptionCheckpoint,
+    )
+    from pytorch_lightning.plugins.io import (  # type: ignore[assignment,unused-ignore]
+        AsyncCheckpointIO,
+        CheckpointIO,
+        TorchCheckpointIO,
+    )
+
+_HPC_NAME = re.compile(r"^hpc_ckpt_\d+\.ckpt$")
+
+
+class RecordingCheckpointIO(CheckpointIO):
+    """Wraps a CheckpointIO: records every save/remove; saves atomically where it can.
+
+    For Lightning's default ``TorchCheckpointIO`` ckptdash writes the same
+    ``torch.save`` file itself, atomically and with the checksum computed while
+    writing. Any other IO writes as it always did; ckptdash then fsyncs the
+    result and reads it once for the checksum.
+    """
+
+    def __init__(self, inner: Any, session: Session, callback: CkptDashCallback) -> None:
+        super().__init__()
+        self.inner = inner
+        self.session = session
+        self.callback = callback
+
+    def save_checkpoint(
+        self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None
+    ) -> None:
+        meta = checkpoint.setdefault(META_KEY, self.session.metadata(self.callback.trigger_now()))
+        trigger: Trigger = meta["trigger"]
+        step = meta.get("step")
+        epoch = checkpoint.get("epoch")
+        target = os.path.abspath(os.fspath(path))
+        saved: CheckpointSaved | None
+        if type(self.inner) is TorchCheckpointIO and storage_options is None:
+            saved = save_atomic(
+                self.session.writer, checkpoint, target, trigger=trigger, step=step, epoch=epoch
+            )
+        else:
+
+            def write() -> tuple[int, str]:
+                self.inner.save_checkpoint(checkpoint, path, storage_options=storage_options)
+                return durable_existing(target)
+
+            saved = record_save(
+                self.session.writer, target, trigger=trigger, step=step, epoch=epoch, write=write
+            )
+        if saved is not None:
+            self.callback.on_checkpoint_saved(saved)
+
+    def load_checkpoint(self, path: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        out: dict[str, Any] = self.inner.load_checkpoint(path, *args, **kwargs)
+        return out
+
+    def remove_checkpoint(self, path: Any) -> None:
+        self.inner.remove_checkpoint(path)
+        self.session.writer.emit(
+            CheckpointRemoved, path=os.path.abspath(os.fspath(path)), reason="removed by Lightning"
+        )
+
+    def teardown(self) -> None:
+        self.inner.teardown()
+
+
+class _TaggingCheckpointIO(RecordingCheckpointIO):
+    """Outside an AsyncCheckpointIO: stamps the trigger on the caller's thread, then queues."""
+
+    def save_checkpoint(
+        self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None
+    ) -> None:
+        checkpoint.setdefault(META_KEY, self.session.metadata(self.callback.trigger_now()))
+        self.inner.save_checkpoint(checkpoint, path, storage_options=storage_options)
+
+    def remove_checkpoint(self, path: Any) -> None:
+        self.inner.remove_checkpoint(path)  # the inner recorder reports it
+
+
+class CkptDashCallback(pl.Callback):
+    """Records checkpoints and signals of a Lightning run, handles preemption and requeue.
+
+    ``run_dir`` and any :class:`~ckptdash.train.config.TrainConfig` field may be
+    given as keywords. ``on_checkpoint_saved`` is called with each durable
+    :class:`~ckptdash.events.CheckpointSaved` (or override the method).
+    Rank 0 writes the run's events; every rank takes part in the decisions.
+    """
+
+    def __init__(
+        self,
+        run_dir: str | os.PathLike[str] | None = None,
+        *,
+        config: TrainConfig | None = None,
+        scheduler: Scheduler | None = None,
+        on_checkpoint_saved: Callable[[CheckpointSaved], None] | None = None,
+        **options: Any,
+    ) -> None:
+        if config is None:
+            if run_dir is None:
+                raise TypeError("CkptDashCallback needs a run_dir (or a TrainConfig as config=)")
+            config = TrainConfig(run_dir=run_dir, **options)
+        self.config = config
+        self._scheduler = scheduler
+        self._user_hook = on_checkpoint_saved
+        self.session: Session | None = None
+        self._forced_trigger: Trigger | None = None
+        self._error: BaseException | None = None
+
+    # --- triggers ------------------------------------------------------------------------------
+
+    def trigger_now(self) -> Trigger:
+        """Why the save happening now happens: ours, ModelCheckpoint, OnException, or the user."""
+        if self._forced_trigger is not None:
+            return self._forced_trigger
+        frame = inspect.currentframe()
+        while frame is not None:
+            owner = frame.f_locals.get("self")
+            if isinstance(owner, OnExceptionCheckpoint):
+                return "exception"
+            if isinstance(owner, ModelCheckpoint):
+                return "periodic"
+            frame = frame.f_back
+        return "api"
+
+    @contextlib.contextmanager
+    def _saving(self, trigger: Trigger) -> Iterator[None]:
+        self._forced_trigger = trigger
+        try:
+            yield
+        finally:
+            self._forced_trigger = None
+
+    def on_checkpoint_saved(self, event: CheckpointSaved) -> None:
+        """Called once a checkpoint is durable (with async IO: when the write finished)."""
+        if self._user_hook is not None:
+            self._user_hook(event)
+
+    # --- Lightning hooks ---------------------------------------------------------------------
+
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        if stage != "fit" or self.session is not None:
+            return
+        session = Session(self.config, scheduler=self._scheduler)
+        self.session = session
+        max_steps = trainer.max_steps if trainer.max_steps and trainer.max_steps > 0 else None
+        session.start(max_steps=max_steps, install_signals=False)
+        self._wrap_checkpoint_io(trainer, session)
+        if self.config.resume:
+            self._hook_resume(trainer, session)
+
+    def _wrap_checkpoint_io(self, trainer: Any, session: Session) -> None:
+        io = trainer.strategy.checkpoint_io
+        if isinstance(io, RecordingCheckpointIO):
+            return
+        if isinstance(io, AsyncCheckpointIO):
+            # Record inside the worker thread, so "saved" means written, not queued.
+            io._checkpoint_io = RecordingCheckpointIO(io.checkpoint_io, session, self)
+            trainer.strategy.checkpoint_io = _TaggingCheckpointIO(io, session, self)
+        else:
+            trainer.strategy.checkpoint_io = RecordingCheckpointIO(io, session, self)
+
+    def _hook_resume(self, trainer: Any, session: Session) -> None:
+        # Lightning picks the path inside fit() before any hook runs, then hands it to
+        # resume_start(); this is the one place a callback can apply its own rule.
+        connector = trainer._checkpoint_connector
+        original = connector.resume_start
+
+        def resume_start(checkpoint_path: Any = None, *args: Any, **kwargs: Any) -> Any:
+            path = checkpoint_path
+            reason = "given to fit(ckpt_path=...)"
+            if path is None or _HPC_NAME.match(Path(os.fspath(path)).name):
+                choice = session.choose_resume()
+                lightning_pick = f" (instead of Lightning's {Path(path).name})" if path else ""
+                path, reason = choice.path, choice.reason + lightning_pick
+            if path is not None:
+                session.record_resumed(os.fspath(path), reason)
+            return original(path, *args, **kwargs)
+
+        connector.resume_start = resume_start
+
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        # Installed after Lightning registered its own handlers, so ours run first and
+        # Lightning's SIGTERM handler cannot end fit() before the signal save.
+        if self.session is not None:
+            self.session.signals.install()
+
+    def on_train_batch_end(
+        self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        session = self.session
+        if session is None:
+            return
+        decision = session.boundary(
+            trainer.global_step, trainer.current_epoch, trainer.callback_metrics
+        )
+        if decision is None:
+            return
+        path = self.config.checkpoint_path / f"step={trainer.global_step}-{decision.trigger}.ckpt"
+        with self._saving(decision.trigger):
+            try:
+                trainer.save_checkpoint(path)
+            except Exception as exc:
+                session.save_failed(exc)
+                raise
+        session.after_save(None, str(path))
+        if session.stop_reason is not None:
+            trainer.should_stop = True
+
+    def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+        self._error = exception
+        if self.session is not None and self.session.rank == 0:
+            self.session.record_exception(exception)
+
+    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+        if self.session is not None:
+            self.session.heartbeat(trainer.callback_metrics)
+            self.session.signals.uninstall()
+
+    def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        if stage != "fit" or self.session is None:
+            return
+        io = trainer.strategy.checkpoint_io
+        if isinstance(io, _TaggingCheckpointIO):
+            # Let queued async saves finish so their events are written before we close.
+            with contextlib.suppress(Exception):
+                io.inner.teardown()
+        session, self.session = self.session, None
+        session.close(error=self._error)
+        self._error = None

@@ -1,0 +1,1 @@
+"""The training side: the session engine, signals, schedulers, saving and Monitor."""

@@ -1,0 +1,97 @@
+"""Configuration of the training side, as one dataclass that checks itself."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from ckptdash.errors import CkptDashError
+from ckptdash.train.signals import signal_number
+
+SignalAction = Literal["requeue", "terminate", "ignore"]
+RequeueMode = Literal["auto", "off"]
+
+
+class ConfigError(CkptDashError, ValueError):
+    """A configuration value is wrong; the message says which and what to use instead."""
+
+
+def _default_signals() -> dict[str, SignalAction]:
+    # USR2 by default for requeue: NCCL can use USR1 for its own purposes.
+    return {"SIGUSR2": "requeue", "SIGTERM": "terminate"}
+
+
+@dataclass
+class TrainConfig:
+    """What the training side does; every field has a default that suits SLURM."""
+
+    run_dir: str | os.PathLike[str]
+    """The run directory: events, commands and (by default) checkpoints live here."""
+
+    signals: dict[str, SignalAction] = field(default_factory=_default_signals)
+    """Signal name -> meaning. ``requeue``: save, requeue (policy permitting), exit.
+    ``terminate``: save and exit (the job is about to be killed; no requeue by us —
+    SLURM's own requeue or preemption restarts it). ``ignore``: record only.
+    Match SLURM's ``--signal=B:USR2@90`` with ``{"SIGUSR2": "requeue"}``."""
+
+    requeue: RequeueMode = "auto"
+    """``auto``: requeue after a requeue signal unless suspended in the run directory's
+    settings (read fresh at signal time). ``off``: never requeue (your own scripts resubmit)."""
+
+    requeue_command: str | None = None
+    """A requeue command template for schedulers other than SLURM, e.g. ``"brequeue {job_id}"``."""
+
+    max_attempts: int | None = 20
+    """Requeue budget: no requeue once this many attempts ran (no infinite loops). None: no cap."""
+
+    exit_on_signal: bool = True
+    """After a signal save: stop training (True) so the scheduler can restart the job, or go on."""
+
+    checkpoint_dir: str | os.PathLike[str] | None = None
+    """Where signal/manual saves go; default ``RUN_DIR/checkpoints``."""
+
+    poll_interval_s: float = 2.0
+    """How often rank 0 looks for commands in the inbox (time-throttled)."""
+
+    agree_interval_s: float = 1.0
+    """Target time between cross-rank agreements (turned into steps by the measured step time)."""
+
+    heartbeat_interval_s: float = 10.0
+    """Minimum time between heartbeat events."""
+
+    validate: Literal["checksum", "size"] = "checksum"
+    """How resume candidates are checked: full checksum, or size only (for very large files)."""
+
+    resume: bool = True
+    """Apply the resume rule automatically when the user gives no checkpoint path."""
+
+    def __post_init__(self) -> None:
+        for name, action in self.signals.items():
+            try:
+                signal_number(name)
+            except ValueError as exc:
+                raise ConfigError(f"TrainConfig.signals: {exc}") from None
+            if action not in ("requeue", "terminate", "ignore"):
+                raise ConfigError(
+                    f"TrainConfig.signals[{name!r}] = {action!r}: use 'requeue', 'terminate' or"
+                    " 'ignore'"
+                )
+        if self.requeue not in ("auto", "off"):
+            raise ConfigError(f"TrainConfig.requeue = {self.requeue!r}: use 'auto' or 'off'")
+        if self.max_attempts is not None and self.max_attempts < 1:
+            raise ConfigError(
+                f"TrainConfig.max_attempts = {self.max_attempts}: use a number >= 1, or None"
+            )
+        for name in ("poll_interval_s", "agree_interval_s", "heartbeat_interval_s"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"TrainConfig.{name} = {getattr(self, name)}: must be > 0")
+        if self.validate not in ("checksum", "size"):
+            raise ConfigError(f"TrainConfig.validate = {self.validate!r}: use 'checksum' or 'size'")
+
+    @property
+    def checkpoint_path(self) -> Path:
+        return (
+            Path(self.checkpoint_dir) if self.checkpoint_dir else Path(self.run_dir) / "checkpoints"
+        )

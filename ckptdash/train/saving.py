@@ -1,0 +1,127 @@
+"""The one save path: atomic, checksummed, and recorded with its trigger.
+
+``checkpoint_started`` → atomic write (same-directory temp, fsync, rename,
+fsync dir; checksum computed while writing) → ``checkpoint_saved`` (fsync'ed).
+Only after that event is durable does the checkpoint exist for ckptdash.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+from ckptdash.events import CheckpointFailed, CheckpointSaved, CheckpointStarted, Trigger
+from ckptdash.rundir import atomic_write, checksum_file, fsync_dir
+from ckptdash.writer import EventWriter
+
+META_KEY = "ckptdash"
+
+
+def torch_writer(obj: Any) -> Callable[[IO[bytes]], None]:
+    """A content callable for :func:`atomic_write` that ``torch.save``s ``obj``."""
+    import torch
+
+    def write(f: IO[bytes]) -> None:
+        torch.save(obj, f)
+
+    return write
+
+
+def record_save(
+    writer: EventWriter | None,
+    path: str | os.PathLike[str],
+    *,
+    trigger: Trigger,
+    step: int | None,
+    epoch: int | None,
+    write: Callable[[], tuple[int, str]],
+) -> CheckpointSaved | None:
+    """Run ``write`` (returns size and checksum) between a started and a saved/failed event.
+
+    Without a writer (ranks other than 0 when they write no events) the save just runs.
+    Re-raises the write's error after recording ``checkpoint_failed``.
+    """
+    spath = os.fspath(path)
+    if writer is not None:
+        writer.emit(CheckpointStarted, step=step, path=spath, trigger=trigger)
+    began = time.perf_counter()
+    try:
+        size, checksum = write()
+    except BaseException as exc:
+        if writer is not None:
+            writer.emit(
+                CheckpointFailed, step=step, path=spath, trigger=trigger, error=_describe(exc)
+            )
+        raise
+    duration = time.perf_counter() - began
+    if writer is None:
+        return None
+    event = writer.emit(
+        CheckpointSaved,
+        step=step,
+        path=spath,
+        trigger=trigger,
+        size_bytes=size,
+        duration_s=duration,
+        checksum=checksum,
+        epoch=epoch,
+    )
+    assert isinstance(event, CheckpointSaved)
+    return event
+
+
+def save_atomic(
+    writer: EventWriter | None,
+    obj: Any,
+    path: str | os.PathLike[str],
+    *,
+    trigger: Trigger,
+    step: int | None,
+    epoch: int | None = None,
+) -> CheckpointSaved | None:
+    """``torch.save(obj, path)`` atomically, with the checksum computed while writing."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+
+    def write() -> tuple[int, str]:
+        result = atomic_write(target, torch_writer(obj))
+        return result.size_bytes, result.checksum
+
+    return record_save(writer, target, trigger=trigger, step=step, epoch=epoch, write=write)
+
+
+def durable_existing(path: str | os.PathLike[str]) -> tuple[int, str]:
+    """Fsync a file (or every file of a directory checkpoint) someone else wrote; size + checksum.
+
+    Used when a custom CheckpointIO did the writing: the checksum needs one read.
+    A sharded checkpoint (a directory) gets its total size and no checksum.
+    """
+    p = Path(path)
+    if p.is_dir():
+        total = 0
+        for f in sorted(x for x in p.rglob("*") if x.is_file()):
+            _fsync_file(f)
+            total += f.stat().st_size
+        for d in sorted({x.parent for x in p.rglob("*")} | {p}):
+            fsync_dir(d)
+        return total, ""
+    _fsync_file(p)
+    fsync_dir(p.parent)
+    return checksum_file(p)
+
+
+def _fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # read-only descriptors cannot fsync on some filesystems; the data is written
+    finally:
+        os.close(fd)
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:2000]

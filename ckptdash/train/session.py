@@ -1,0 +1,406 @@
+"""The training-side engine shared by :class:`~ckptdash.Monitor` and the Lightning callback.
+
+At each step boundary the loop calls :meth:`Session.boundary`. Almost always it
+returns ``None`` after decrementing a counter (the hot path). Every
+``check_every`` steps — a count derived from the measured step time so that a
+check happens about every ``agree_interval_s`` — it:
+
+1. takes the signals the record-only handlers saw;
+2. on rank 0, claims commands from the inbox (at most every ``poll_interval_s``)
+   and writes a heartbeat (at most every ``heartbeat_interval_s``);
+3. with several ranks, agrees on what to do through one small ``all_reduce``,
+   so every rank saves the same step even if only one rank got the signal;
+4. returns a :class:`Decision`: save with which trigger, then requeue or stop.
+
+The caller saves; :meth:`Session.after_save` answers the commands with the
+checkpoint path and runs the requeue policy (read fresh from the run
+directory's settings at that moment, so a click just before preemption counts).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+from ckptdash import control
+from ckptdash.events import (
+    CheckpointInvalid,
+    CheckpointSaved,
+    CommandApplied,
+    CommandExpired,
+    CommandReceived,
+    CommandRejected,
+    ExceptionRaised,
+    Heartbeat,
+    RequeueIssued,
+    RequeueSkipped,
+    RunFailed,
+    RunFinished,
+    RunResumed,
+    RunStarted,
+    SignalReceived,
+    Trigger,
+)
+from ckptdash.resume import ResumeChoice, choose_resume
+from ckptdash.rundir import RunDir
+from ckptdash.train import dist
+from ckptdash.train.config import TrainConfig
+from ckptdash.train.scheduler import Scheduler, detect
+from ckptdash.train.signals import SignalRecorder
+from ckptdash.writer import EventWriter
+
+# Codes carried by the agreement collective (MAX wins across ranks).
+_NO_SIGNAL, _TERMINATE, _REQUEUE = 0, 1, 2
+_ACTION_CODE = {"ignore": _NO_SIGNAL, "terminate": _TERMINATE, "requeue": _REQUEUE}
+_ATTEMPT_RE = re.compile(r"^A(\d{4,})\.")
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What every rank does at this step boundary: save (with the trigger), then maybe stop."""
+
+    trigger: Trigger
+    stop: bool
+    requeue: bool
+    reason: str
+
+
+@dataclass
+class _Pending:
+    """Requests gathered between checks, consumed by the next agreement."""
+
+    signal_code: int = _NO_SIGNAL
+    manual: bool = False
+    stop: bool = False
+    commands: list[control.Claimed] = field(default_factory=list)
+
+
+class Session:
+    """One attempt of one process of a training run."""
+
+    def __init__(
+        self,
+        config: TrainConfig,
+        *,
+        scheduler: Scheduler | None = None,
+        rank: int | None = None,
+        world_size: int | None = None,
+    ) -> None:
+        self.config = config
+        self.run = RunDir(config.run_dir)
+        self.scheduler = scheduler or detect(requeue_command=config.requeue_command)
+        self.rank = dist.rank() if rank is None else rank
+        self.world_size = dist.world_size() if world_size is None else world_size
+        self.host = socket.gethostname()
+        self.attempt = dist.broadcast_int(self._attempt_number() if self.rank == 0 else 0)
+        # Rank 0 writes the run's shared events; others only open a file if they must.
+        self._writer: EventWriter | None = None
+        if self.rank == 0:
+            self._writer = EventWriter(self.run, attempt=self.attempt, rank=0, host=self.host)
+        self.signals = SignalRecorder(list(config.signals))
+        self._actions = {
+            n.upper() if n.upper().startswith("SIG") else "SIG" + n.upper(): a
+            for n, a in config.signals.items()
+        }
+        self.step = 0
+        self.epoch: int | None = None
+        self.decision: Decision | None = None
+        self.stop_reason: str | None = None
+        self._pending = _Pending()
+        self._in_flight: list[control.Claimed] = []
+        self._countdown = 1
+        self._check_every = 1
+        self._last_check_step: int | None = None
+        self._last_check_time = 0.0
+        self._next_poll = 0.0
+        self._next_heartbeat = 0.0
+        self._max_steps: int | None = None
+        self._started = False
+        self._closed = False
+
+    # --- identity ------------------------------------------------------------------------
+
+    @property
+    def writer(self) -> EventWriter:
+        """This process's event writer (opened on first use on ranks other than 0)."""
+        if self._writer is None:
+            self._writer = EventWriter(
+                self.run, attempt=self.attempt, rank=self.rank, host=self.host
+            )
+        return self._writer
+
+    def _attempt_number(self) -> int:
+        known = self.scheduler.attempt
+        if known is not None:
+            return known
+        seen = [int(m.group(1)) for p in self.run.event_files() if (m := _ATTEMPT_RE.match(p.name))]
+        return max(seen) + 1 if seen else 0
+
+    def metadata(self, trigger: str) -> dict[str, Any]:
+        """What a checkpoint carries under its ``ckptdash`` key."""
+        return {
+            "trigger": trigger,
+            "attempt": self.attempt,
+            "step": self.step,
+            "scheduler": self.scheduler.name,
+            "job_id": self.scheduler.job_id,
+            "run": self.writer.run_id if self.rank == 0 else None,
+        }
+
+    # --- lifecycle -----------------------------------------------------------------------
+
+    def start(self, *, max_steps: int | None = None, install_signals: bool = True) -> None:
+        """Record the attempt, answer commands orphaned by a crashed attempt, install handlers."""
+        if self._started:
+            return
+        self._started = True
+        self._max_steps = max_steps
+        if self.rank == 0:
+            self.writer.emit(
+                RunStarted,
+                scheduler=self.scheduler.name,
+                job_id=self.scheduler.job_id,
+                world_size=self.world_size,
+                pid=os.getpid(),
+                max_steps=max_steps,
+                requeue_budget=self.config.max_attempts,
+            )
+            for orphan in control.orphans(self.run):
+                self.writer.emit(
+                    CommandExpired,
+                    command_id=orphan.id,
+                    command=orphan.command_name,
+                    reason="claimed by an attempt that ended before answering it",
+                )
+                control.complete(self.run, orphan)
+        if install_signals:
+            self.signals.install()
+        self._last_check_time = time.monotonic()
+
+    def choose_resume(self) -> ResumeChoice:
+        """Apply the resume rule on rank 0, tell every rank, and record the choice and skips."""
+        choice = None
+        if self.rank == 0:
+            choice = choose_resume(self.run, validate=self.config.validate)
+            for path, reason in choice.skipped:
+                self.writer.emit(CheckpointInvalid, path=path, reason=reason)
+        choice = dist.broadcast_object(choice)
+        assert choice is not None
+        return choice
+
+    def record_resumed(self, path: str, reason: str, step: int | None = None) -> None:
+        """Record that this attempt loaded ``path`` (rank 0)."""
+        if self.rank == 0:
+            self.writer.emit(RunResumed, step=step, path=os.path.abspath(path), reason=reason)
+
+    def close(self, reason: str = "completed", error: BaseException | None = None) -> None:
+        """End the attempt: answer unapplied commands, restore handlers, record the outcome."""
+        if self._closed:
+            return
+        self._closed = True
+        self.signals.uninstall()
+        if self.rank == 0:
+            for claimed in self._in_flight + self._pending.commands:
+                self._answer(
+                    claimed, CommandExpired, reason="training ended before the command was applied"
+                )
+            if error is not None:
+                self.writer.emit(
+                    RunFailed, step=self.step, error=f"{type(error).__name__}: {error}"
+                )
+            else:
+                self.writer.emit(RunFinished, step=self.step, reason=self.stop_reason or reason)
+        if self._writer is not None:
+            # Stays open: a user's trainer.save_checkpoint() after fit() is still recorded.
+            self._writer.sync()
+
+    def record_exception(self, exc: BaseException) -> None:
+        """Record an exception that escaped training (before any exception save)."""
+        self.writer.emit(
+            ExceptionRaised,
+            step=self.step,
+            error_type=type(exc).__name__,
+            message=str(exc)[:2000],
+            traceback="".join(traceback.format_exception(exc))[-8000:],
+        )
+
+    # --- the step boundary -----------------------------------------------------------------
+
+    def boundary(
+        self, step: int, epoch: int | None = None, metrics: dict[str, Any] | None = None
+    ) -> Decision | None:
+        """Call after every optimizer step. Returns a decision on the steps where one is due."""
+        self.step = step
+        self._countdown -= 1
+        if self._countdown > 0 and not (self.world_size == 1 and self.signals.received):
+            return None
+        self.epoch = epoch
+        return self._check(metrics)
+
+    def _check(self, metrics: dict[str, Any] | None) -> Decision | None:
+        now = time.monotonic()
+        self._retune(now)
+        self._take_signals()
+        if self.rank == 0:
+            if now >= self._next_poll:
+                self._next_poll = now + self.config.poll_interval_s
+                self._take_commands()
+            if now >= self._next_heartbeat:
+                self._next_heartbeat = now + self.config.heartbeat_interval_s
+                self._heartbeat(metrics)
+        pending = self._pending
+        signal_code, manual, stop, check_every = dist.agree_max(
+            [pending.signal_code, int(pending.manual), int(pending.stop), self._check_every]
+        )
+        self._check_every = max(1, check_every)
+        self._countdown = self._check_every
+        self._in_flight.extend(pending.commands)
+        self._pending = _Pending()
+        if signal_code != _NO_SIGNAL:
+            requeue = signal_code == _REQUEUE
+            self.decision = Decision(
+                trigger="signal",
+                stop=self.config.exit_on_signal,
+                requeue=requeue,
+                reason="preempted" if requeue else "terminated",
+            )
+        elif manual or stop:
+            self.decision = Decision(
+                trigger="manual", stop=bool(stop), requeue=False, reason="stopped by command"
+            )
+        else:
+            self.decision = None
+        return self.decision
+
+    def _retune(self, now: float) -> None:
+        # Derive the number of steps between checks from the measured step time, so the
+        # collective runs about once per agree_interval_s rather than once per step.
+        if self._last_check_step is not None and self.step > self._last_check_step:
+            step_time = (now - self._last_check_time) / (self.step - self._last_check_step)
+            target = self.config.agree_interval_s / max(step_time, 1e-6)
+            self._check_every = int(min(max(target, 1), 10_000))
+        self._last_check_step = self.step
+        self._last_check_time = now
+
+    def _take_signals(self) -> None:
+        for received in self.signals.take():
+            action = self._actions.get(received.name, "ignore")
+            self._pending.signal_code = max(self._pending.signal_code, _ACTION_CODE[action])
+            # Every rank records what it received (non-zero ranks in their own file):
+            # the dashboard shows which ranks got the signal.
+            self.writer.emit(
+                SignalReceived, t=received.t, step=self.step, signal=received.name, action=action
+            )
+
+    def _take_commands(self) -> None:
+        for claimed in control.claim(self.run):
+            self.writer.emit(
+                CommandReceived, step=self.step, command_id=claimed.id, command=claimed.command_name
+            )
+            if claimed.error is not None:
+                self._answer(claimed, CommandRejected, reason=claimed.error)
+            elif claimed.expired:
+                self._answer(claimed, CommandExpired, reason="expired before the job saw it")
+            else:
+                self._pending.manual = True
+                self._pending.stop |= claimed.command_name == "stop_after_save"
+                self._pending.commands.append(claimed)
+
+    def _heartbeat(self, metrics: dict[str, Any] | None) -> None:
+        self.writer.emit(
+            Heartbeat,
+            step=self.step,
+            epoch=self.epoch,
+            metrics=_numeric(metrics),
+            time_left_s=self.scheduler.time_left_s(),
+        )
+
+    def heartbeat(self, metrics: dict[str, Any] | None = None) -> None:
+        """Write a heartbeat now (rank 0), e.g. at the end of an epoch."""
+        if self.rank == 0:
+            self._heartbeat(metrics)
+
+    # --- after the save ----------------------------------------------------------------------
+
+    def after_save(self, saved: CheckpointSaved | None, path: str | None = None) -> None:
+        """Answer the commands that asked for this save, then requeue/stop as decided."""
+        decision = self.decision
+        self.decision = None
+        where = saved.path if saved is not None else (path or "")
+        if self.rank == 0:
+            for claimed in self._in_flight:
+                self._answer(claimed, CommandApplied, detail=where)
+        self._in_flight = []
+        if decision is None:
+            return
+        if decision.requeue and self.rank == 0:
+            self._requeue()
+        if decision.stop:
+            self.stop_reason = decision.reason
+
+    def save_failed(self, error: BaseException) -> None:
+        """A decided save failed: reject the commands waiting on it, keep training."""
+        self.decision = None
+        if self.rank == 0:
+            for claimed in self._in_flight:
+                self._answer(claimed, CommandRejected, reason=f"save failed: {error}")
+        self._in_flight = []
+
+    def _requeue(self) -> None:
+        reason = self._requeue_refusal()
+        if reason is not None:
+            self.writer.emit(RequeueSkipped, step=self.step, reason=reason)
+            return
+        result = self.scheduler.requeue()
+        if result.ok:
+            self.writer.emit(
+                RequeueIssued, step=self.step, job_id=self.scheduler.job_id, command=result.command
+            )
+        else:
+            self.writer.emit(
+                RequeueSkipped,
+                step=self.step,
+                reason=f"requeue command failed (`{result.command}` exit {result.returncode}):"
+                f" {result.output}",
+            )
+
+    def _requeue_refusal(self) -> str | None:
+        if self.config.requeue == "off":
+            return "requeue is off in the configuration (TrainConfig.requeue='off')"
+        try:
+            settings = control.read_settings(self.run)
+        except Exception as exc:  # a broken settings file must not stop the save path
+            return f"settings unreadable, not requeueing to be safe: {exc}"
+        if settings.requeue_suspended:
+            who = f" by {settings.updated_by}" if settings.updated_by else ""
+            return f"suspended{who} in {self.run.settings}"
+        budget = self.config.max_attempts
+        if budget is not None and self.attempt + 1 >= budget:
+            return (
+                f"requeue budget reached: attempt {self.attempt + 1} of {budget}"
+                " (raise TrainConfig.max_attempts to allow more)"
+            )
+        if not self.scheduler.can_requeue:
+            return f"no scheduler to requeue with ({self.scheduler.name})"
+        return None
+
+    def _answer(self, claimed: control.Claimed, kind: type[Any], **fields: Any) -> None:
+        self.writer.emit(
+            kind, step=self.step, command_id=claimed.id, command=claimed.command_name, **fields
+        )
+        control.complete(self.run, claimed)
+
+
+def _numeric(metrics: dict[str, Any] | None) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for name, value in (metrics or {}).items():
+        try:
+            out[str(name)] = float(value)
+        except (TypeError, ValueError):
+            continue  # a metric that is not a number is left out of heartbeats
+    return out

@@ -1,0 +1,117 @@
+"""Signal handlers that only record: the work happens at the next step boundary.
+
+A handler that saved a checkpoint would run in the middle of a training step
+(Lightning's SLURM handler does exactly that, and the resumed run repeats the
+step). Ours appends ``(signal name, time)`` to a list and returns; the session
+engine reads the list at a step boundary, where the model is consistent.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any
+
+Handler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
+
+# Handlers from these modules are Lightning's own signal connector; we take the
+# signal over from them (their SIGTERM handler would end fit() before our save).
+_TAKEN_OVER_MODULES = ("lightning.", "pytorch_lightning.", "lightning_fabric.")
+
+
+@dataclass(frozen=True, slots=True)
+class ReceivedSignal:
+    """One delivery: which signal and when (Unix time, taken inside the handler)."""
+
+    name: str
+    t: float
+
+
+def signal_number(name: str) -> int:
+    """``"SIGUSR2"``/``"USR2"``/``"12"`` -> the number; ValueError names the value and the fix."""
+    text = name.strip().upper()
+    if text.isdigit():
+        return int(text)
+    if not text.startswith("SIG"):
+        text = "SIG" + text
+    try:
+        return int(getattr(signal.Signals, text))
+    except AttributeError:
+        raise ValueError(
+            f"unknown signal {name!r}; use a name such as SIGUSR1, SIGUSR2 or SIGTERM"
+        ) from None
+
+
+def signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return str(signum)
+
+
+class SignalRecorder:
+    """Installs record-only handlers for some signals and restores the old ones on uninstall.
+
+    Handlers installed before ours are chained (called after we record), except
+    Lightning's own connector, which ckptdash replaces while it is installed.
+    Usable as a context manager.
+    """
+
+    def __init__(self, names: list[str] | tuple[str, ...], *, chain: bool = True) -> None:
+        self.numbers = [signal_number(n) for n in names]
+        self.chain = chain
+        self.received: list[ReceivedSignal] = []
+        self._previous: dict[int, Handler] = {}
+
+    @property
+    def installed(self) -> bool:
+        return bool(self._previous)
+
+    def install(self) -> bool:
+        """Install the handlers; returns False (and does nothing) off the main thread."""
+        if threading.current_thread() is not threading.main_thread():
+            return False
+        for signum in self.numbers:
+            self._previous[signum] = signal.getsignal(signum)
+            signal.signal(signum, self._handle)
+        return True
+
+    def uninstall(self) -> None:
+        """Put back whatever was installed before."""
+        for signum, previous in self._previous.items():
+            if signal.getsignal(signum) == self._handle:
+                signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
+        self._previous.clear()
+
+    def take(self) -> list[ReceivedSignal]:
+        """Everything received since the last call (safe against a signal arriving meanwhile)."""
+        if not self.received:
+            return []
+        taken = self.received[:]
+        del self.received[: len(taken)]
+        return taken
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        # Record and return: list.append is atomic under the GIL and allocation-light.
+        self.received.append(ReceivedSignal(signal_name(signum), time.time()))
+        previous = self._previous.get(signum)
+        if self.chain and callable(previous) and not _is_taken_over(previous):
+            previous(signum, frame)
+
+    def __enter__(self) -> SignalRecorder:
+        self.install()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.uninstall()
+
+
+def _is_taken_over(handler: Callable[..., Any]) -> bool:
+    module = getattr(handler, "__module__", "") or ""
+    owner = getattr(getattr(handler, "__self__", None), "__class__", None)
+    owner_module = getattr(owner, "__module__", "") or ""
+    return any(m.startswith(_TAKEN_OVER_MODULES) for m in (module + ".", owner_module + "."))
