@@ -57,7 +57,12 @@ from typing import Final, TypeAlias
 
 import msgspec
 
-from ckptdash.errors import ControlError, MalformedControlFile, RunDirError
+from ckptdash.errors import (
+    ControlError,
+    MalformedControlFile,
+    RunDirError,
+    UnreadableControlFile,
+)
 from ckptdash.events import (
     COMMAND_TYPES,
     COMMANDS,
@@ -279,7 +284,12 @@ def _listing(directory: Path) -> list[str]:
         names = os.listdir(directory)
     except FileNotFoundError:
         return []
-    return sorted(n for n in names if not is_temp_file(n) and not n.startswith(_NFS_SILLY_PREFIX))
+    return sorted(n for n in names if not is_not_a_command(n))
+
+
+def is_not_a_command(name: str) -> bool:
+    """Names in the control folders that are nobody's command: temp files, NFS leftovers."""
+    return is_temp_file(name) or name.startswith(_NFS_SILLY_PREFIX)
 
 
 def _id_of(name: str) -> str:
@@ -287,22 +297,33 @@ def _id_of(name: str) -> str:
     return stem or name
 
 
+def read_command(path: Path) -> Command:
+    """Read and check one command file: the same rules for the claimer and the dashboard.
+
+    Raises :class:`MalformedControlFile` saying what is wrong and how to issue a
+    command properly (:class:`UnreadableControlFile` when it may be readable
+    later), or ``FileNotFoundError`` when the file moved or vanished.
+    """
+    file_id = _id_of(path.name)
+    data = _read_small(path, _HOW_TO_ISSUE, follow_symlinks=False)
+    if not path.name.endswith(COMMAND_SUFFIX) or not _ID_RE.match(file_id):
+        raise MalformedControlFile(
+            f"{path}: command files are named <id>{COMMAND_SUFFIX} with the id inside;"
+            f" {_HOW_TO_ISSUE}"
+        )
+    cmd = decode_command(data, str(path))
+    if cmd.id != file_id:
+        raise MalformedControlFile(
+            f"{path}: holds command id {cmd.id!r} but is named after {file_id!r}; {_HOW_TO_ISSUE}"
+        )
+    return cmd
+
+
 def _parse(path: Path, now: float) -> Claimed:
     """Read a command file this process owns; any problem becomes ``error``, never an exception."""
     file_id = _id_of(path.name)
     try:
-        data = _read_small(path, _HOW_TO_ISSUE, follow_symlinks=False)
-        if not path.name.endswith(COMMAND_SUFFIX) or not _ID_RE.match(file_id):
-            raise MalformedControlFile(
-                f"{path}: command files are named <id>{COMMAND_SUFFIX} with the id inside;"
-                f" {_HOW_TO_ISSUE}"
-            )
-        cmd = decode_command(data, str(path))
-        if cmd.id != file_id:
-            raise MalformedControlFile(
-                f"{path}: holds command id {cmd.id!r} but is named after {file_id!r};"
-                f" {_HOW_TO_ISSUE}"
-            )
+        cmd = read_command(path)
     except MalformedControlFile as exc:
         return Claimed(file_id, path, None, str(exc))
     except FileNotFoundError:
@@ -347,7 +368,7 @@ def _read_small(path: Path, fix: str, *, follow_symlinks: bool = True) -> bytes:
     except OSError as exc:
         if exc.errno == errno.ELOOP:  # O_NOFOLLOW met a symbolic link
             raise MalformedControlFile(f"{path}: a symbolic link; remove it. {fix}") from None
-        raise MalformedControlFile(
+        raise UnreadableControlFile(
             f"{path}: cannot read it ({exc.strerror}); check its permissions. {fix}"
         ) from None
     finally:

@@ -20,6 +20,7 @@ from pathlib import Path
 from ckptdash.resume import load_state
 
 REQUEUE_MARKER = ".demo-requeue"
+_last_line = [""]
 
 
 def run_demo(
@@ -38,17 +39,24 @@ def run_demo(
             "CKPTDASH_JOB_ID": f"demo-{os.getpid()}",
         }
         cmd = [sys.executable, "-m", "ckptdash.demo_train", str(run_dir), str(steps), str(marker)]
-        proc = subprocess.Popen(cmd, env=env)
-        deadline = time.monotonic() + preempt_every_s if preemptions < max_preemptions else None
+        log_dir = run_dir / "logs"
+        log_dir.mkdir(exist_ok=True)
+        # Lightning's own chatter goes to a log file so the progress line stays readable.
+        with open(log_dir / f"attempt-{attempt}.log", "wb") as log:
+            proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+        # The clock starts once this attempt trains (its handlers are installed by then).
+        deadline: float | None = None
         try:
             while proc.poll() is None:
+                training = _progress(run_dir) == attempt
+                if deadline is None and training and preemptions < max_preemptions:
+                    deadline = time.monotonic() + preempt_every_s
                 if deadline is not None and time.monotonic() >= deadline:
-                    print(f"ckptdash demo: preempting attempt {attempt} (SIGUSR2)")
+                    print(f"\nckptdash demo: preempting attempt {attempt} (SIGUSR2)")
                     proc.send_signal(signal.SIGUSR2)
                     preemptions += 1
-                    deadline = None
-                _progress(run_dir)
-                time.sleep(0.5)
+                    deadline = float("inf")
+                time.sleep(0.25)
         except KeyboardInterrupt:
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=60)
@@ -56,7 +64,10 @@ def run_demo(
             return 130
         _progress(run_dir, final=True)
         if proc.returncode != 0:
-            print(f"ckptdash demo: attempt {attempt} failed (exit {proc.returncode})")
+            print(
+                f"ckptdash demo: attempt {attempt} failed (exit {proc.returncode});"
+                f" see {log_dir / f'attempt-{attempt}.log'}"
+            )
             return 1
         if not marker.exists():
             break
@@ -67,15 +78,16 @@ def run_demo(
     return 0
 
 
-def _progress(run_dir: Path, final: bool = False) -> None:
+def _progress(run_dir: Path, final: bool = False) -> int | None:
+    """Draw the progress line; returns the attempt that is training now, if any."""
     try:
         state = load_state(run_dir)
     except Exception:
-        return
+        return None
     attempt = max(state.attempts, default=None)
     info = state.attempts.get(attempt) if attempt is not None else None
     if info is None:
-        return
+        return None
     total = info.max_steps or 0
     step = info.step or 0
     width = 30
@@ -83,5 +95,8 @@ def _progress(run_dir: Path, final: bool = False) -> None:
     bar = "#" * filled + "-" * (width - filled)
     saves = len(state.checkpoints)
     line = f"\rattempt {attempt} [{bar}] step {step}/{total}  checkpoints {saves}"
-    sys.stdout.write(line + ("\n" if final else ""))
-    sys.stdout.flush()
+    if line != _last_line[0] or final:
+        _last_line[0] = line
+        sys.stdout.write(line + ("\n" if final else ""))
+        sys.stdout.flush()
+    return attempt if info.step is not None and info.outcome == "running" else None

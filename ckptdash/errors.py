@@ -5,7 +5,8 @@
     ├── RunDirError            a path is not a usable run directory (missing, empty, unreadable)
     ├── ControlError           a command or the settings file cannot be written or read
     │   └── MalformedControlFile   a command/settings file on disk does not parse
-    └── CheckpointWriteError   an atomic write could not complete (the old file is intact)
+    │       └── UnreadableControlFile  it could not be read (permissions); may work later
+    └── AtomicWriteError       an atomic write could not complete (the old file is intact)
 
 Messages name the file or value that is wrong and say how to fix it, because
 they are usually read by someone on a login node who did not write the code.
@@ -34,5 +35,9 @@ class MalformedControlFile(ControlError):
     """A command or settings file exists but does not parse as the format says."""
 
 
-class CheckpointWriteError(CkptDashError, OSError):
+class UnreadableControlFile(MalformedControlFile):
+    """A command or settings file exists but cannot be read now (permissions, I/O)."""
+
+
+class AtomicWriteError(CkptDashError, OSError):
     """An atomic write failed; the previous file of that name is untouched."""

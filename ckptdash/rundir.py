@@ -7,6 +7,7 @@
       control/claimed/           commands a training process took (claimed by rename)
       control/done/              commands that have their outcome event
       control/settings.json      durable settings (replaced atomically)
+      control/settings.lock      serialises read-modify-write of the settings between writers
       checkpoints/               where ckptdash saves unless told otherwise
 
 Every rule here must hold on NFS and Lustre, where the run directory is
@@ -31,7 +32,7 @@ from typing import IO, Final
 import msgspec
 import xxhash
 
-from ckptdash.errors import CheckpointWriteError, RunDirError
+from ckptdash.errors import AtomicWriteError, RunDirError
 
 RUN_FILE: Final = "run.json"
 EVENTS_DIR: Final = "events"
@@ -135,7 +136,7 @@ def atomic_write(
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     except OSError as exc:
-        raise CheckpointWriteError(
+        raise AtomicWriteError(
             exc.errno,
             f"cannot create a temp file next to {path}: {exc.strerror}; check that"
             " the directory exists and is writable",
@@ -155,8 +156,8 @@ def atomic_write(
     except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
-        if isinstance(exc, OSError) and not isinstance(exc, CheckpointWriteError):
-            raise CheckpointWriteError(
+        if isinstance(exc, OSError) and not isinstance(exc, AtomicWriteError):
+            raise AtomicWriteError(
                 exc.errno,
                 f"writing {path} failed ({exc.strerror}); the previous file is intact",
                 str(path),

@@ -21,14 +21,14 @@ simply looked for again at the next poll.
 from __future__ import annotations
 
 import os
-import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, Literal, TypeAlias, cast
 
-from ckptdash.errors import MalformedControlFile, RunDirError
-from ckptdash.events import BadLine, Command, Event, decode_command, decode_lines
+from ckptdash.control import COMMAND_SUFFIX, is_not_a_command, read_command
+from ckptdash.errors import MalformedControlFile, RunDirError, UnreadableControlFile
+from ckptdash.events import BadLine, Command, Event, decode_lines
 from ckptdash.rundir import EVENT_SUFFIX, RunDir, find_runs, is_temp_file
 
 Location: TypeAlias = Literal["inbox", "claimed", "done"]
@@ -46,10 +46,6 @@ until the state has consumed them. Measured on a 2-core machine with 2 MiB of
 L2, a 1 MiB read cut into 256 KiB pieces loads about 1.5 M events/s (tail and
 state); 16 MiB pieces load half as fast.
 """
-
-COMMAND_SUFFIX: Final = ".json"
-MAX_COMMAND_BYTES: Final = 64 * 1024
-_NFS_SILLY_PREFIX: Final = ".nfs"  # NFS renames a deleted-but-open file to .nfsXXXX
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,7 +312,7 @@ class RunTailer:
                 continue
             self._reported.discard((f"control/{LOCATIONS[index]}/", "list the folder"))
             for name in names:
-                if is_temp_file(name) or name.startswith(_NFS_SILLY_PREFIX):
+                if is_not_a_command(name):
                     continue
                 # A file moving while we list can show up twice; moves only go forward.
                 seen[name.removesuffix(COMMAND_SUFFIX) or name] = (index, name)
@@ -345,51 +341,26 @@ class RunTailer:
                 if known is not None and not known.unreadable:
                     mtime = os.stat(path).st_mtime
                     return _Known(location, known.command, known.error, mtime, False)
-                return _read_command(cid, path, location)
+                return _read_command(path, location)
             except FileNotFoundError:
                 continue  # renamed by a claimer just now: look in the next folder
         return None
 
 
-def _read_command(cid: str, path: Path, location: Location) -> _Known:
-    """Read and parse one command file; problems go into ``error``. Raises FileNotFoundError.
-
-    The same checks as the training side's claim, so a file shown as malformed
-    here is one the training side will answer with ``command_rejected``.
-    """
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)  # a FIFO must not hang the dashboard
+def _read_command(path: Path, location: Location) -> _Known:
+    """Read and parse one command file with the claimer's own checks (so a file shown as
+    malformed here is one the training side will answer with ``command_rejected``).
+    Raises FileNotFoundError when it moved on."""
     try:
-        fd = os.open(path, flags)
-    except FileNotFoundError:
-        raise
-    except OSError as exc:
-        error = f"{path}: cannot read it ({exc.strerror}); check its permissions"
-        return _Known(location, None, error, 0.0, True)
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            return _Known(location, None, f"{path}: not a regular file", st.st_mtime, False)
-        if st.st_size > MAX_COMMAND_BYTES:
-            error = f"{path}: {st.st_size} bytes, more than a command file may hold; not read"
-            return _Known(location, None, error, st.st_mtime, False)
-        try:
-            data = os.read(fd, MAX_COMMAND_BYTES + 1)
-        except OSError as exc:
-            error = f"{path}: cannot read it ({exc.strerror}); check its permissions"
-            return _Known(location, None, error, st.st_mtime, True)
-    finally:
-        os.close(fd)
-    try:
-        if not path.name.endswith(COMMAND_SUFFIX):
-            raise MalformedControlFile(f"{path}: command files are named <id>{COMMAND_SUFFIX}")
-        command = decode_command(data, str(path))
-        if command.id != cid:
-            raise MalformedControlFile(
-                f"{path}: holds command id {command.id!r} but is named after {cid!r}"
-            )
+        command = read_command(path)
+        error, unreadable = None, False
     except MalformedControlFile as exc:
-        return _Known(location, None, str(exc), st.st_mtime, False)
-    return _Known(location, command, None, st.st_mtime, False)
+        command, error, unreadable = None, str(exc), isinstance(exc, UnreadableControlFile)
+    try:
+        mtime = os.stat(path).st_mtime
+    except OSError:
+        mtime = 0.0
+    return _Known(location, command, error, mtime, unreadable)
 
 
 class FolderTailer:

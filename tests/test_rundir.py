@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ckptdash.errors import CheckpointWriteError, RunDirError
+from ckptdash.errors import AtomicWriteError, RunDirError
 from ckptdash.rundir import RunDir, atomic_write, checksum_file, create_exclusive, find_runs
 
 
@@ -49,7 +49,7 @@ def test_failed_write_keeps_old_file_and_leaves_no_temp(tmp_path: Path) -> None:
 
 def test_write_into_missing_directory_names_the_path(tmp_path: Path) -> None:
     """A write into a directory that does not exist says which path and what to check."""
-    with pytest.raises(CheckpointWriteError, match=r"nope/x.*exists and is writable"):
+    with pytest.raises(AtomicWriteError, match=r"nope/x.*exists and is writable"):
         atomic_write(tmp_path / "nope" / "x", b"1")
 
 

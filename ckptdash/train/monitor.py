@@ -161,4 +161,7 @@ class Monitor:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.close(exc if exc is not None and not isinstance(exc, (KeyboardInterrupt,)) else None)
+        if isinstance(exc, KeyboardInterrupt):
+            self.session.close(reason="interrupted")
+        else:
+            self.close(exc)

@@ -24,10 +24,12 @@ import re
 import socket
 import time
 import traceback
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
 from ckptdash import control
+from ckptdash.errors import CkptDashError
 from ckptdash.events import (
     CheckpointInvalid,
     CheckpointSaved,
@@ -298,7 +300,13 @@ class Session:
             )
 
     def _take_commands(self) -> None:
-        for claimed in control.claim(self.run):
+        try:
+            claimed_now = control.claim(self.run)
+        except (CkptDashError, OSError) as exc:
+            # The inbox being unusable must not end training; say so once per poll.
+            warnings.warn(f"ckptdash: cannot take commands: {exc}", RuntimeWarning, stacklevel=2)
+            return
+        for claimed in claimed_now:
             self.writer.emit(
                 CommandReceived, step=self.step, command_id=claimed.id, command=claimed.command_name
             )
