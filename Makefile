@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.ckptdash-installed
 
-.PHONY: setup demo test lint types bench clean
+.PHONY: setup system demo test lint types bench clean
 
 $(STAMP): pyproject.toml constraints-dev.txt
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -13,6 +13,10 @@ $(STAMP): pyproject.toml constraints-dev.txt
 	touch $@
 
 setup: $(STAMP)
+
+# Debian packages for the SLURM and browser tiers (installed when root; CI runs as root).
+system:
+	bash scripts/setup-system.sh
 
 demo: setup
 	$(VENV)/bin/ckptdash demo $(ARGS)
@@ -24,7 +28,7 @@ lint: setup
 types: setup
 	$(VENV)/bin/mypy
 
-test: lint types
+test: system lint types
 	$(VENV)/bin/pytest
 
 bench: setup
