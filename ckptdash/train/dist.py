@@ -42,6 +42,12 @@ def world_size() -> int:
     return 1
 
 
+def launched_world_size() -> int:
+    """Number of ranks the launcher (torchrun and the like) says the job has; 1 if it says none."""
+    value = os.environ.get("WORLD_SIZE", "")
+    return int(value) if value.isdigit() else 1
+
+
 def _device() -> Any:
     import torch
     import torch.distributed as torch_dist

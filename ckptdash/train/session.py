@@ -51,7 +51,7 @@ from ckptdash.events import (
 from ckptdash.resume import ResumeChoice, choose_resume
 from ckptdash.rundir import RunDir
 from ckptdash.train import dist
-from ckptdash.train.config import TrainConfig
+from ckptdash.train.config import ConfigError, TrainConfig
 from ckptdash.train.scheduler import Scheduler, detect
 from ckptdash.train.signals import SignalRecorder
 from ckptdash.writer import EventWriter
@@ -98,6 +98,16 @@ class Session:
         self.scheduler = scheduler or detect(requeue_command=config.requeue_command)
         self.rank = dist.rank() if rank is None else rank
         self.world_size = dist.world_size() if world_size is None else world_size
+        launched = dist.launched_world_size()
+        if world_size is None and self.world_size == 1 and launched > 1:
+            # Without the process group every rank would decide alone: a signal on one rank
+            # would stop it and leave the others hanging in their next collective.
+            raise ConfigError(
+                f"the launcher started {launched} ranks (WORLD_SIZE={launched}) but"
+                " torch.distributed is not initialised: call"
+                " torch.distributed.init_process_group() before creating ckptdash.Monitor,"
+                " so that all ranks agree on when to save and stop"
+            )
         self.host = socket.gethostname()
         self.attempt = dist.broadcast_int(self._attempt_number() if self.rank == 0 else 0)
         # Rank 0 writes the run's shared events; others only open a file if they must.

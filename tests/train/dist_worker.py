@@ -1,0 +1,179 @@
+"""One rank of a tiny 2-process gloo training job, launched by torchrun from test_distributed.py.
+
+Not a test module: run as ``python -m torch.distributed.run --nproc-per-node=2 dist_worker.py
+MODE RUN_DIR REPORT_DIR --steps N [--signal-at S] [--gate-at S]``. Each rank writes what it did
+(first and last step, the steps it saved at, whether it stopped, what it loaded) to
+``REPORT_DIR/rank<R>.json`` so the test can compare the ranks.
+
+``--signal-at S``: rank 1 alone sends itself SIGUSR2 after step S.
+``--gate-at S``: after step S rank 0 writes ``REPORT_DIR/ready`` and waits until a command is in
+the run's inbox (rank 1 meanwhile waits in the next step's gradient all_reduce), so a command
+issued by the test is known to arrive while both ranks train.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+STEP_TIME_S = 0.005  # each step takes a little time, so the agreement cadence means something
+AGREE_INTERVAL_S = 0.05
+GATE_TIMEOUT_S = 60.0
+
+
+def _pause(seconds: float) -> None:
+    threading.Event().wait(seconds)
+
+
+def _param_sum(model: torch.nn.Module) -> float:
+    return float(sum(p.detach().double().sum() for p in model.parameters()))
+
+
+def _wait_for_command(run_dir: Path, report_dir: Path) -> None:
+    from ckptdash import control
+
+    (report_dir / "ready").write_text("ready\n")
+    deadline = time.monotonic() + GATE_TIMEOUT_S
+    while not control.pending(run_dir):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no command arrived in {run_dir} within {GATE_TIMEOUT_S} s")
+        _pause(0.002)
+
+
+def monitor_main(args: argparse.Namespace, report: dict[str, Any]) -> None:
+    import ckptdash
+
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with ckptdash.Monitor(
+        args.run_dir,
+        max_steps=args.steps,
+        agree_interval_s=AGREE_INTERVAL_S,
+        poll_interval_s=0.01,
+        heartbeat_interval_s=0.1,
+    ) as monitor:
+        report["attempt"] = monitor.attempt
+        state = monitor.load()
+        start = 0
+        if state is not None:
+            model.load_state_dict(state["model"])
+            opt.load_state_dict(state["opt"])
+            start = state["step"] + 1
+            report["loaded"] = monitor.resume_choice.path
+        report["start"] = start
+        report["param_sum_at_start"] = _param_sum(model)  # before DDP syncs anything
+        ddp = torch.nn.parallel.DistributedDataParallel(model)
+        gen = torch.Generator().manual_seed(1000 + rank)
+        for step in range(start, args.steps):
+            loss = ddp(torch.randn(8, 4, generator=gen)).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            _pause(STEP_TIME_S)
+            report["last"] = step
+            if rank == 1 and step == args.signal_at:
+                os.kill(os.getpid(), signal.SIGUSR2)
+            if rank == 0 and step == args.gate_at:
+                _wait_for_command(args.run_dir, args.report_dir)
+            monitor.step(step, loss=loss.item())
+            if monitor.should_save:
+                report["saves"].append(step)
+                monitor.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step})
+            if monitor.should_stop:
+                report["stopped"] = True
+                break
+    dist.destroy_process_group()
+
+
+def lightning_main(args: argparse.Namespace, report: dict[str, Any]) -> None:
+    import lightning.pytorch as pl
+
+    from ckptdash.lightning import CkptDashCallback
+
+    rank = int(os.environ["RANK"])
+
+    class Tiny(pl.LightningModule):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(4, 1)
+
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            step = self.trainer.global_step
+            report["last"] = step
+            _pause(STEP_TIME_S)
+            if rank == 1 and step == args.signal_at:
+                os.kill(os.getpid(), signal.SIGUSR2)
+            return self.layer(batch[0]).pow(2).mean()
+
+        def train_dataloader(self) -> Any:
+            data = torch.utils.data.TensorDataset(torch.randn(64, 4))
+            return torch.utils.data.DataLoader(data, batch_size=4)
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    class Recorder(pl.Callback):  # type: ignore[misc]
+        """Notes on every rank the step at which the ckptdash callback saved."""
+
+        def on_save_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: Any) -> None:
+            report["saves"].append(trainer.global_step)
+
+    callback = CkptDashCallback(
+        args.run_dir, agree_interval_s=AGREE_INTERVAL_S, poll_interval_s=0.01
+    )
+    trainer = pl.Trainer(
+        default_root_dir=args.run_dir,
+        max_steps=args.steps,
+        callbacks=[callback, Recorder()],
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        accelerator="cpu",
+        devices=2,
+        strategy="ddp",
+    )
+    trainer.fit(Tiny())
+    report["start"] = 0
+    report["stopped"] = trainer.global_step < args.steps
+    report["global_step"] = trainer.global_step
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("mode", choices=["monitor", "lightning"])
+    parser.add_argument("run_dir", type=Path)
+    parser.add_argument("report_dir", type=Path)
+    parser.add_argument("--steps", type=int, required=True)
+    parser.add_argument("--signal-at", type=int, default=-1)
+    parser.add_argument("--gate-at", type=int, default=-1)
+    args = parser.parse_args()
+    rank = int(os.environ["RANK"])
+    report: dict[str, Any] = {
+        "rank": rank,
+        "pid": os.getpid(),
+        "saves": [],
+        "stopped": False,
+        "loaded": None,
+    }
+    args.report_dir.mkdir(parents=True, exist_ok=True)
+    # torchrun starts each rank in its own session: the test kills a hung rank by this pid.
+    (args.report_dir / f"rank{rank}.pid").write_text(f"{os.getpid()}\n")
+    (monitor_main if args.mode == "monitor" else lightning_main)(args, report)
+    (args.report_dir / f"rank{rank}.json").write_text(json.dumps(report, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
