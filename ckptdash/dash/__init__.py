@@ -1,0 +1,47 @@
+"""The dashboard: watch a run directory, show it, steer it (Panel).
+
+Only :mod:`ckptdash.dash.app` and the view modules import Panel; the model,
+the goodput figures and the watcher are plain Python, so this package's
+``__init__`` imports nothing until a name is asked for.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ckptdash.dash.app import (
+        Dashboard,
+        DashOptions,
+        RunningServer,
+        ServeOptions,
+        dashboard,
+        serve,
+        start_server,
+    )
+    from ckptdash.dash.hub import WatcherHub
+    from ckptdash.dash.watch import RunWatcher
+
+__all__ = [
+    "DashOptions",
+    "Dashboard",
+    "RunWatcher",
+    "RunningServer",
+    "ServeOptions",
+    "WatcherHub",
+    "dashboard",
+    "serve",
+    "start_server",
+]
+
+_WHERE = {name: "ckptdash.dash.app" for name in __all__} | {
+    "RunWatcher": "ckptdash.dash.watch",
+    "WatcherHub": "ckptdash.dash.hub",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WHERE:
+        return getattr(importlib.import_module(_WHERE[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,380 @@
+"""The dashboard: one :class:`Dashboard` object is both the notebook widget and the served app.
+
+    ckptdash serve RUN_DIR                       # a browser tab (127.0.0.1:5006)
+    panel serve ckptdash --args RUN_DIR          # from the repository root
+    ckptdash.dashboard("runs/exp1")              # a notebook cell; keeps updating during fit()
+
+Every session gets its own model and widgets; the watcher of a path is
+shared by all of them (kept in ``pn.state.cache``) and stopped when the last
+session ends. Nothing is ever fetched from a CDN: login nodes are often
+offline, so the server sends its own copies of the JavaScript, and the
+notebook gets them inline.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import secrets
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import panel as pn
+
+from ckptdash.dash.controls import ControlActions, Controls, default_author
+from ckptdash.dash.hub import WatcherHub, shared_hub
+from ckptdash.dash.model import DEFAULT_STALE_AFTER_S, DashModel
+from ckptdash.dash.mounts import WATCH_MODES, WatchMode
+from ckptdash.dash.table import CheckpointTable
+from ckptdash.dash.text import esc
+from ckptdash.dash.timeline import Timeline
+from ckptdash.dash.views import CSS, CommandsView, GoodputView, RunList, StatusHeader
+from ckptdash.dash.watch import RunWatcher
+from ckptdash.errors import CkptDashError
+
+RUN_DIR_ENV: Final = "CKPTDASH_RUN_DIR"
+"""The run directory (or folder of runs) when none is given: this variable, else ``./runs``."""
+DEFAULT_PORT: Final = 5006
+
+
+def default_path() -> str:
+    """What to show when no path was given: ``$CKPTDASH_RUN_DIR``, else ``./runs``."""
+    return os.environ.get(RUN_DIR_ENV) or "runs"
+
+
+@dataclass(frozen=True)
+class DashOptions:
+    """How a dashboard watches its path. Checks itself; messages say what to change."""
+
+    watch: WatchMode = "auto"
+    """``auto`` (inotify, or polling on NFS/Lustre), ``inotify`` or ``poll``."""
+    poll_interval_s: float = 1.0
+    """Seconds between polls in polling mode (raise it on a busy network filesystem)."""
+    stale_after_s: float = DEFAULT_STALE_AFTER_S
+    """A running attempt silent for this long is shown as stale."""
+
+    def __post_init__(self) -> None:
+        if self.watch not in WATCH_MODES:
+            raise CkptDashError(f"watch={self.watch!r}: use one of {', '.join(WATCH_MODES)}")
+        if not self.poll_interval_s > 0:
+            raise CkptDashError(
+                f"poll_interval_s={self.poll_interval_s!r}: must be a positive number of seconds"
+            )
+        if not self.stale_after_s > 0:
+            raise CkptDashError(
+                f"stale_after_s={self.stale_after_s!r}: must be a positive number of seconds"
+            )
+
+
+class Dashboard(pn.viewable.Viewer):  # type: ignore[misc]
+    """The whole dashboard for a run directory or a folder of runs.
+
+    Display it in a notebook (``ckptdash.dashboard(path)``) or serve it
+    (``ckptdash serve``). Call :meth:`close` when done with a notebook widget;
+    a served session closes itself when the browser tab is gone.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        options: DashOptions | None = None,
+        hub: WatcherHub | None = None,
+        **params: Any,
+    ) -> None:
+        super().__init__(**params)
+        self.path = Path(path if path is not None else default_path())
+        self.options = options or DashOptions()
+        self._hub = hub if hub is not None else shared_hub(pn.state.cache)
+        self.model = DashModel(path=str(self.path), stale_after_s=self.options.stale_after_s)
+        self.actions = ControlActions(self.model, author=_author, nudge=lambda: self.watcher.wake())
+        self.header = StatusHeader(self.model)
+        self.runs = RunList(self.model)
+        self.controls = Controls(self.model, self.actions)
+        # Views update in the order they were made: the table's small message before the plot's
+        # (a plot redraw costs the browser ~50 ms; a new checkpoint should not wait for it).
+        self.table = CheckpointTable(self.model, self.controls)
+        self.timeline = Timeline(self.model)
+        self.commands = CommandsView(self.model)
+        self.goodput = GoodputView(self.model)
+        self._title = pn.pane.HTML("", stylesheets=[CSS], sizing_mode="stretch_width")
+        self.model.param.watch(self._render_title, ["watching"])
+        self._render_title()
+        self._layout = pn.Column(
+            self._title,
+            self.runs,
+            self.header,
+            self.controls,
+            self.timeline,
+            pn.Row(self.goodput, self.commands, sizing_mode="stretch_width"),
+            self.table,
+            sizing_mode="stretch_width",
+        )
+        self._close_lock = threading.Lock()
+        self._closed = False
+        # Last, so that nothing above can fail while holding a share of the watcher.
+        self.watcher: RunWatcher = self._hub.acquire(
+            self.path, mode=self.options.watch, poll_interval_s=self.options.poll_interval_s
+        )
+        self._unsubscribe = self.watcher.subscribe(self.model.publish)
+        doc = pn.state.curdoc
+        if doc is not None and doc.session_context is not None:
+            pn.state.on_session_destroyed(lambda _context: self.close())
+
+    def __panel__(self) -> Any:
+        return self._layout
+
+    def close(self) -> None:
+        """Stop receiving updates; the watcher stops when no other session uses it."""
+        with self._close_lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._unsubscribe()
+        self._hub.release(self.watcher)
+
+    def _render_title(self, *events: object) -> None:
+        self._title.object = (
+            f"<div class='ck'><span class='title'>ckptdash</span>"
+            f"<span class='muted'>{esc(self.path)} · {esc(self.model.watching)}</span></div>"
+        )
+
+
+def _author() -> str:
+    """The logged-in user when Panel's authentication is on, else this process's user."""
+    try:
+        user = pn.state.user
+    except Exception:  # no request (a notebook): there is no logged-in user
+        user = None
+    return f"{user} (dashboard)" if user else default_author()
+
+
+_notebook_ready = False
+
+
+def dashboard(path: str | os.PathLike[str] | None = None, **options: Any) -> Dashboard:
+    """The dashboard as a notebook widget; it keeps updating while another cell trains.
+
+    Updates come from the watcher's thread, which Jupyter lets through while a
+    cell blocks. The JavaScript is loaded inline (no CDN), so it works on an
+    offline login node. ``options`` are :class:`DashOptions` fields.
+
+    >>> import ckptdash                                   # doctest: +SKIP
+    >>> ckptdash.dashboard("runs/exp1")                   # last line of a cell: shows it
+    """
+    global _notebook_ready
+    if not _notebook_ready and _in_kernel():
+        pn.extension("tabulator", inline=True)
+        _notebook_ready = True
+    return Dashboard(path, options=DashOptions(**options))
+
+
+def _in_kernel() -> bool:
+    ipython = sys.modules.get("IPython")
+    get = getattr(ipython, "get_ipython", None)
+    shell = get() if get is not None else None
+    return getattr(shell, "kernel", None) is not None
+
+
+# --- serving -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    """Where and how ``ckptdash serve`` listens. Checks itself; messages say what to change."""
+
+    address: str = "127.0.0.1"
+    """Listen here. Anything but a loopback address needs ``allow_remote``."""
+    port: int = DEFAULT_PORT
+    """0 picks a free port."""
+    allow_remote: bool = False
+    """Allow a non-loopback address: then anyone who reaches the port can stop your job."""
+    basic_auth: str | None = None
+    """Panel's basic authentication: a password, or a file of ``user:password`` lines."""
+    origins: tuple[str, ...] = ()
+    """More ``host:port`` names the browser may use (a proxy, an SSH tunnel's local port)."""
+    show: bool = False
+    """Open a browser tab."""
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port <= 65535:
+            raise CkptDashError(f"port {self.port}: must be 0 (any free port) to 65535")
+        if not self.loopback and not self.allow_remote:
+            raise CkptDashError(
+                f"--address {self.address}: the dashboard's buttons can save, stop and requeue"
+                " the job, so it listens on 127.0.0.1 unless told otherwise. Use an SSH tunnel"
+                f" (ssh -L {self.port or DEFAULT_PORT}:127.0.0.1:{self.port or DEFAULT_PORT}"
+                " LOGIN_NODE), or add --allow-remote and turn on authentication"
+                " (--basic-auth PASSWORD_OR_FILE)"
+            )
+
+    @property
+    def loopback(self) -> bool:
+        if self.address == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(self.address).is_loopback
+        except ValueError:
+            return False
+
+    def websocket_origins(self, port: int) -> list[str]:
+        """The ``host:port`` pages the websocket accepts: this address's names, nothing else."""
+        hosts = ["localhost", "127.0.0.1"]
+        if not self.loopback:
+            if self.address in ("0.0.0.0", "::"):
+                hosts += [socket.gethostname(), socket.getfqdn()]
+            else:
+                hosts.append(self.address)
+        found = [f"{h}:{port}" for h in dict.fromkeys(hosts)]
+        return found + [o for o in self.origins if o not in found]
+
+    def security_note(self) -> str:
+        """What to tell the user when the dashboard listens beyond this host."""
+        if self.loopback:
+            return ""
+        auth = (
+            "basic authentication is on"
+            if self.basic_auth
+            else "NO authentication: anyone who can reach this port can stop or requeue"
+            " the job. Add --basic-auth PASSWORD_OR_FILE, or serve with Panel's OAuth:"
+            " panel serve ckptdash --args RUN_DIR --oauth-provider ... (see Panel's"
+            " 'Configuring Authentication' guide)"
+        )
+        return f"ckptdash: listening on {self.address} (--allow-remote); {auth}"
+
+
+@dataclass
+class RunningServer:
+    """A dashboard server running in a thread (tests, benchmarks, the screenshot script)."""
+
+    url: str
+    port: int
+    thread: Any
+    hub: WatcherHub
+    _stopped: bool = field(default=False, repr=False)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the server and every watcher it started; wait for both. Idempotent."""
+        if self._stopped:
+            return
+        self._stopped = True
+        self.thread.stop()
+        self.thread.join(timeout)
+        self.hub.close()
+
+    def __enter__(self) -> RunningServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _free_port(address: str) -> int:
+    # The websocket origins name the port, so it must be known before the server starts.
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.bind((address, 0))
+        return int(s.getsockname()[1])
+
+
+def _server_kwargs(
+    path: Path, serve: ServeOptions, dash: DashOptions, hub: WatcherHub
+) -> tuple[dict[str, Any], int]:
+    port = serve.port or _free_port(serve.address)
+    factory: Callable[[], Dashboard] = lambda: Dashboard(path, options=dash, hub=hub)  # noqa: E731
+    kwargs: dict[str, Any] = {
+        "panels": {"/": factory},
+        "port": port,
+        "address": serve.address,
+        "websocket_origin": serve.websocket_origins(port),
+        "show": serve.show,
+        "title": f"ckptdash · {path.name or path}",
+        "verbose": False,
+    }
+    if serve.basic_auth:
+        kwargs["basic_auth"] = serve.basic_auth
+        kwargs["cookie_secret"] = os.environ.get("PANEL_COOKIE_SECRET") or secrets.token_hex(32)
+    return kwargs, port
+
+
+def _check_path(path: Path) -> None:
+    if not path.is_dir():
+        raise CkptDashError(
+            f"{path}: no such directory; pass the run directory your training writes to"
+            " (or a folder of runs)"
+        )
+
+
+def serve(
+    path: str | os.PathLike[str],
+    serve_options: ServeOptions | None = None,
+    options: DashOptions | None = None,
+) -> None:
+    """Serve the dashboard until interrupted (``ckptdash serve``)."""
+    run = Path(path)
+    _check_path(run)
+    so, do = serve_options or ServeOptions(), options or DashOptions()
+    key = f"ckptdash.watchers.{secrets.token_hex(4)}"  # this server's sessions share it
+    hub = shared_hub(pn.state.cache, key)
+    kwargs, port = _server_kwargs(run, so, do, hub)
+    pn.extension("tabulator")
+    try:
+        server = pn.serve(kwargs.pop("panels"), start=False, **kwargs)  # listening from here
+        host = so.address if so.loopback else socket.getfqdn()
+        print(f"ckptdash: serving {run} at http://{host}:{port}/ (Ctrl-C stops)", flush=True)
+        if note := so.security_note():
+            print(note, file=sys.stderr, flush=True)
+        server.start()
+        server.io_loop.start()  # until Ctrl-C (Panel stops the loop on SIGINT)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        hub.close()
+        pn.state.cache.pop(key, None)
+
+
+def start_server(
+    path: str | os.PathLike[str],
+    serve_options: ServeOptions | None = None,
+    options: DashOptions | None = None,
+    *,
+    timeout: float = 30.0,
+) -> RunningServer:
+    """Serve the dashboard in a thread and return once it accepts connections.
+
+    >>> with start_server("runs/exp1", ServeOptions(port=0)) as server:  # doctest: +SKIP
+    ...     print(server.url)
+    """
+    run = Path(path)
+    _check_path(run)
+    so, do = serve_options or ServeOptions(port=0), options or DashOptions()
+    hub = WatcherHub()
+    kwargs, port = _server_kwargs(run, so, do, hub)
+    pn.extension("tabulator")
+    thread = pn.serve(kwargs.pop("panels"), threaded=True, **kwargs)
+    host = "127.0.0.1" if so.loopback or so.address in ("0.0.0.0", "::") else so.address
+    server = RunningServer(f"http://{host}:{port}/", port, thread, hub)
+    try:
+        _wait_for_port(host, port, timeout)
+    except BaseException:
+        server.stop()
+        raise
+    return server
+
+
+def _wait_for_port(host: str, port: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    pause = threading.Event()  # never set: a short, interruptible pause between attempts
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((host, port), timeout=1.0):
+                return
+        except OSError:
+            pause.wait(0.01)
+    raise CkptDashError(f"the dashboard server did not start on {host}:{port} within {timeout} s")

@@ -1,0 +1,215 @@
+"""The controls: Save now, Stop after save, suspend/resume auto-requeue, pin/clear the resume
+checkpoint.
+
+Every click writes one command or one setting through :mod:`ckptdash.control`
+and nothing else: the displayed state changes only when the watcher reads
+the file back (a pending command, a new setting) and, later, the training
+side's answer. Every input is checked here, on the server — a run must be
+one the dashboard lists, a pin must be a checkpoint that run recorded — so a
+hand-made websocket message can do no more than the buttons.
+"""
+
+from __future__ import annotations
+
+import getpass
+import socket
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Final
+
+import panel as pn
+
+from ckptdash import control
+from ckptdash.dash.model import DashModel
+from ckptdash.dash.snapshot import RunSnapshot
+from ckptdash.dash.text import esc
+from ckptdash.dash.views import CSS
+from ckptdash.errors import CkptDashError, ControlError
+
+COMMAND_TTL_S = 600.0
+
+
+def default_author() -> str:
+    """``user@host (dashboard)``: who the audit trail names for a click in this process."""
+    try:
+        user = getpass.getuser()
+    except Exception:
+        user = "unknown"
+    return f"{user}@{socket.gethostname()} (dashboard)"
+
+
+# Panel 1.9 renamed Button.name/button_type to label/color; older releases have only the former.
+_NEW_BUTTON_API: Final = "color" in pn.widgets.Button.param
+
+
+def button(label: str, color: str = "default", **params: Any) -> Any:
+    """A Panel button under either naming of its parameters."""
+    if _NEW_BUTTON_API:
+        return pn.widgets.Button(label=label, color=color, **params)
+    return pn.widgets.Button(name=label, button_type=color, **params)
+
+
+def relabel(widget: Any, label: str, color: str) -> None:
+    """Change a button's text and colour (see :func:`button`)."""
+    if _NEW_BUTTON_API:
+        widget.param.update(label=label, color=color)
+    else:
+        widget.param.update(name=label, button_type=color)
+
+
+def button_label(widget: Any) -> str:
+    return str(widget.label if _NEW_BUTTON_API else widget.name)
+
+
+class ControlActions:
+    """What the buttons do, without the buttons: each method writes one file and says what.
+
+    ``author`` is asked at each action (a served page may know the logged-in
+    user); ``nudge`` asks the watcher to read the result back now.
+    """
+
+    def __init__(
+        self,
+        model: DashModel,
+        *,
+        author: Callable[[], str] = default_author,
+        nudge: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.model = model
+        self._author = author
+        self._nudge = nudge
+
+    def _run(self) -> RunSnapshot:
+        """The selected run, checked against the runs this dashboard lists."""
+        snap: RunSnapshot | None = self.model.run
+        if snap is None or not any(r.root == snap.root for r in self.model.runs):
+            raise ControlError("no run is selected; pick one in the run list")
+        return snap
+
+    def save_now(self) -> str:
+        """Ask the job to save at its next step boundary (trigger ``manual``)."""
+        snap = self._run()
+        cmd = control.issue(snap.root, "save_now", author=self._author(), ttl_s=COMMAND_TTL_S)
+        self._nudge()
+        return f"Save now sent ({cmd.id}); waiting for the job's answer"
+
+    def stop_after_save(self) -> str:
+        """Ask the job to save, then end without requeue (the view asks for confirmation)."""
+        snap = self._run()
+        cmd = control.issue(
+            snap.root, "stop_after_save", author=self._author(), ttl_s=COMMAND_TTL_S
+        )
+        self._nudge()
+        return f"Stop after save sent ({cmd.id}); waiting for the job's answer"
+
+    def set_requeue_suspended(self, suspended: bool) -> str:
+        """Suspend (True) or resume (False) automatic requeue after preemption."""
+        if not isinstance(suspended, bool):
+            raise ControlError(f"suspended={suspended!r}: must be True or False")
+        snap = self._run()
+        control.update_settings(snap.root, requeue_suspended=suspended, author=self._author())
+        self._nudge()
+        return "auto-requeue suspended" if suspended else "auto-requeue resumed"
+
+    def pin(self, path: str) -> str:
+        """Make the next attempt resume from ``path``: a valid checkpoint this run recorded."""
+        snap = self._run()
+        if not isinstance(path, str) or path not in snap.valid_paths():
+            raise ControlError(
+                f"{path!r} is not a valid checkpoint of {snap.name}; pick a saved row of the"
+                " checkpoint table"
+            )
+        control.update_settings(snap.root, resume_pin=path, author=self._author())
+        self._nudge()
+        return f"pinned {Path(path).name}: the next attempt resumes from it"
+
+    def clear_pin(self) -> str:
+        """Go back to the resume rule (newest valid checkpoint)."""
+        snap = self._run()
+        control.update_settings(snap.root, resume_pin=None, author=self._author())
+        self._nudge()
+        return "resume pin cleared: the next attempt follows the resume rule"
+
+
+class Controls(pn.viewable.Viewer):  # type: ignore[misc]
+    """The buttons, the confirmation for Stop, and the outcome of the last click."""
+
+    def __init__(self, model: DashModel, actions: ControlActions, **params: Any) -> None:
+        super().__init__(**params)
+        self.model = model
+        self.actions = actions
+        self.save_button = button("Save now", "primary")
+        self.stop_button = button("Stop after save…", "danger")
+        self.requeue_button = button("Suspend auto-requeue", "warning")
+        self.clear_pin_button = button("Clear resume pin", disabled=True)
+        self.confirm_button = button("Confirm stop", "danger")
+        self.cancel_button = button("Cancel")
+        self.message = pn.pane.HTML("", stylesheets=[CSS], margin=(5, 10))
+        self.confirm_row = pn.Row(
+            pn.pane.HTML(
+                "<div class='ck'><b>Stop the job?</b> It saves at the next step, then ends"
+                " without requeue.</div>",
+                stylesheets=[CSS],
+            ),
+            self.confirm_button,
+            self.cancel_button,
+            visible=False,
+        )
+        self.save_button.on_click(lambda _: self.run_action(self.actions.save_now))
+        self.stop_button.on_click(lambda _: self._ask_confirmation(True))
+        self.cancel_button.on_click(lambda _: self._ask_confirmation(False))
+        self.confirm_button.on_click(self._confirmed)
+        self.requeue_button.on_click(self._toggle_requeue)
+        self.clear_pin_button.on_click(lambda _: self.run_action(self.actions.clear_pin))
+        self._suspended_shown = False
+        self._layout = pn.Column(
+            pn.Row(self.save_button, self.stop_button, self.requeue_button, self.clear_pin_button),
+            self.confirm_row,
+            self.message,
+            sizing_mode="stretch_width",
+        )
+        model.param.watch(self._render, ["run"])
+        self._render()
+
+    def __panel__(self) -> Any:
+        return self._layout
+
+    def _render(self, *events: object) -> None:
+        snap = self.model.run
+        settings = None if snap is None else snap.settings
+        suspended = bool(settings and settings.requeue_suspended)
+        self._suspended_shown = suspended
+        relabel(
+            self.requeue_button,
+            "Resume auto-requeue" if suspended else "Suspend auto-requeue",
+            "success" if suspended else "warning",
+        )
+        self.requeue_button.disabled = snap is None or settings is None
+        self.clear_pin_button.disabled = not (settings and settings.resume_pin)
+        self.save_button.disabled = self.stop_button.disabled = snap is None
+
+    def run_action(self, action: Callable[[], str]) -> None:
+        """Run one action and show what it did, or why it could not."""
+        try:
+            said = action()
+        except (CkptDashError, OSError) as exc:
+            self.say(str(exc), problem=True)
+        else:
+            self.say(said)
+
+    def say(self, message: str, *, problem: bool = False) -> None:
+        """Show the outcome of the last click (local to this page; not run state)."""
+        css = "ck problem" if problem else "ck"
+        self.message.object = f"<div class='{css}'>{esc(message)}</div>"
+
+    def _ask_confirmation(self, show: bool) -> None:
+        self.confirm_row.visible = show
+
+    def _confirmed(self, _: object) -> None:
+        self.confirm_row.visible = False
+        self.run_action(self.actions.stop_after_save)
+
+    def _toggle_requeue(self, _: object) -> None:
+        # Flip what the page shows: two people clicking at once ask for the same thing.
+        wanted = not self._suspended_shown
+        self.run_action(lambda: self.actions.set_requeue_suspended(wanted))

@@ -1,0 +1,240 @@
+"""Goodput: what preemptions cost a run, and the checkpoint interval that would cost least.
+
+Pure functions over a :class:`~ckptdash.dash.snapshot.RunSnapshot`; no Panel.
+
+* **Work lost per preemption**: training time from the attempt's last durable
+  checkpoint (or its start, if it saved none) to the kill. A preemption caught
+  by a signal save loses almost nothing; a kill without warning loses
+  everything since the last periodic save.
+* **Saving share**: time spent in saves ÷ wall time of all attempts.
+* **Preemption rate**: preemptions ÷ wall hours; its inverse is the mean
+  time between failures *M*.
+* **Young/Daly**: with a save costing *C* seconds and failures every *M*
+  seconds on average, the interval that minimises expected lost work is
+  Young's ``τ = sqrt(2·C·M)`` (first order); Daly's higher-order estimate is
+  ``τ = sqrt(2·C·M)·(1 + ⅓·sqrt(C/2M) + C/18M) − C`` (``M`` when C ≥ 2M).
+  The expected waste of an interval τ is about ``C/τ + τ/(2M)`` of the time.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import statistics
+from dataclasses import dataclass
+
+from ckptdash.dash.snapshot import RunSnapshot
+from ckptdash.state import AttemptInfo, CheckpointInfo
+
+_PREEMPTED_REASONS = frozenset({"preempted", "terminated"})
+
+
+@dataclass(frozen=True)
+class Preemption:
+    """One attempt that was ended by its scheduler, and how close the save came.
+
+    Times are Unix seconds; margins are ``None`` when that step did not happen.
+    """
+
+    attempt: int
+    signal: str
+    signal_t: float | None
+    saved_t: float | None
+    """When the save after the signal was durable."""
+    saved_path: str
+    requeue_t: float | None
+    requeue_issued: bool
+    end_t: float
+    """The kill: when the attempt said it ended, or its last sign of life."""
+    lost_s: float
+    """Training time lost: from the last durable save of this attempt (or its start) to the kill."""
+    lost_steps: int | None
+    warned: bool
+    """True when a signal arrived before the kill (the job could save)."""
+
+    @property
+    def signal_to_save_s(self) -> float | None:
+        """Margin between the signal and the durable save."""
+        if self.signal_t is None or self.saved_t is None:
+            return None
+        return self.saved_t - self.signal_t
+
+    @property
+    def save_to_requeue_s(self) -> float | None:
+        """Margin between the durable save and the requeue (issued or refused)."""
+        if self.saved_t is None or self.requeue_t is None:
+            return None
+        return self.requeue_t - self.saved_t
+
+
+@dataclass(frozen=True)
+class Goodput:
+    """The run's goodput figures; see the module docstring for the definitions."""
+
+    wall_s: float
+    saving_s: float
+    saves: int
+    preemptions: tuple[Preemption, ...]
+    save_cost_s: float | None
+    """C: the median duration of the run's periodic saves (of all saves if none is periodic)."""
+    interval_s: float | None
+    """The run's own interval: the median gap between consecutive periodic saves of an attempt."""
+    mtbf_s: float | None
+    young_s: float | None
+    daly_s: float | None
+
+    @property
+    def saving_share(self) -> float | None:
+        return self.saving_s / self.wall_s if self.wall_s > 0 else None
+
+    @property
+    def per_hour(self) -> float | None:
+        return len(self.preemptions) / (self.wall_s / 3600) if self.wall_s > 0 else None
+
+    @property
+    def lost_s(self) -> float:
+        return sum(p.lost_s for p in self.preemptions)
+
+    @property
+    def unwarned(self) -> int:
+        return sum(not p.warned for p in self.preemptions)
+
+    def waste(self, interval_s: float | None) -> float | None:
+        """Expected share of time lost to saving and re-doing work with this interval."""
+        if interval_s is None or self.save_cost_s is None or self.mtbf_s is None:
+            return None
+        return expected_waste(interval_s, self.save_cost_s, self.mtbf_s)
+
+
+def young_interval(cost_s: float, mtbf_s: float) -> float:
+    """Young's optimal checkpoint interval ``sqrt(2·C·M)``.
+
+    >>> round(young_interval(10.0, 3600.0))
+    268
+    """
+    return math.sqrt(2.0 * cost_s * mtbf_s)
+
+
+def daly_interval(cost_s: float, mtbf_s: float) -> float:
+    """Daly's higher-order optimum (J. T. Daly, 2006); ``M`` itself when ``C ≥ 2M``."""
+    if cost_s >= 2.0 * mtbf_s:
+        return mtbf_s
+    r = cost_s / (2.0 * mtbf_s)
+    return math.sqrt(2.0 * cost_s * mtbf_s) * (1 + math.sqrt(r) / 3 + r / 9) - cost_s
+
+
+def expected_waste(interval_s: float, cost_s: float, mtbf_s: float) -> float:
+    """First-order share of time lost: saving (C/τ) plus re-done work (τ/2M)."""
+    return cost_s / interval_s + interval_s / (2.0 * mtbf_s)
+
+
+def preemptions(snap: RunSnapshot) -> list[Preemption]:
+    """Every attempt that a scheduler ended: signalled, ended ``preempted``/``terminated``,
+    or lost (a later attempt started though it never said it ended)."""
+    out = []
+    for a in snap.attempts:
+        signals = sorted((s for s in snap.signals if s.attempt == a.attempt), key=lambda s: s.t)
+        preempted = (
+            a.outcome == "lost"
+            or (a.outcome == "stopped" and a.end_reason in _PREEMPTED_REASONS)
+            or (bool(signals) and a.outcome != "running")
+        )
+        if not preempted:
+            continue
+        end_t = a.ended_at if a.ended_at is not None else a.last_heartbeat_t
+        if end_t is None:
+            continue
+        first = signals[0] if signals else None
+        saves = _saves_of(snap, a)
+        after = [c for c in saves if first is not None and (c.t or 0) >= first.t]
+        saved = after[0] if after else None
+        requeue = next(
+            (
+                r
+                for r in sorted(snap.requeues, key=lambda r: r.t)
+                if r.attempt == a.attempt and (first is None or r.t >= first.t)
+            ),
+            None,
+        )
+        durable = [c for c in saves if (c.t or 0) <= end_t]
+        last = durable[-1] if durable else None
+        since = last.t if last is not None and last.t is not None else a.started_at
+        since = end_t if since is None else since
+        base_step = last.step if last is not None else _resumed_step(snap, a)
+        lost_steps = None if a.step is None or base_step is None else max(0, a.step - base_step)
+        out.append(
+            Preemption(
+                attempt=a.attempt,
+                signal=first.signal if first is not None else "",
+                signal_t=first.t if first is not None else None,
+                saved_t=saved.t if saved is not None else None,
+                saved_path=saved.path if saved is not None else "",
+                requeue_t=requeue.t if requeue is not None else None,
+                requeue_issued=requeue.issued if requeue is not None else False,
+                end_t=end_t,
+                lost_s=max(0.0, end_t - since),
+                lost_steps=lost_steps,
+                warned=first is not None,
+            )
+        )
+    return out
+
+
+def compute(snap: RunSnapshot) -> Goodput:
+    """The run's goodput figures (see the module docstring)."""
+    wall = 0.0
+    for a in snap.attempts:
+        end = a.ended_at if a.ended_at is not None else a.last_heartbeat_t
+        if a.started_at is not None and end is not None:
+            wall += max(0.0, end - a.started_at)
+    with_duration = [c for c in snap.checkpoints if c.duration_s is not None and c.t is not None]
+    # A path saved again (last.ckpt) keeps only its latest save; count the others at its cost.
+    saving = sum((c.duration_s or 0.0) * (1 + c.replaced) for c in with_duration)
+    saves = sum(1 + c.replaced for c in with_duration)
+    periodic = [c for c in with_duration if c.trigger == "periodic"]
+    costs = [c.duration_s for c in (periodic or with_duration) if c.duration_s is not None]
+    cost = statistics.median(costs) if costs else None
+    pre = tuple(preemptions(snap))
+    mtbf = wall / len(pre) if pre and wall > 0 else None
+    young = daly = None
+    if cost is not None and mtbf is not None and cost > 0:
+        young, daly = young_interval(cost, mtbf), daly_interval(cost, mtbf)
+    return Goodput(
+        wall_s=wall,
+        saving_s=saving,
+        saves=saves,
+        preemptions=pre,
+        save_cost_s=cost,
+        interval_s=_interval(periodic),
+        mtbf_s=mtbf,
+        young_s=young,
+        daly_s=daly,
+    )
+
+
+def _saves_of(snap: RunSnapshot, a: AttemptInfo) -> list[CheckpointInfo]:
+    """The attempt's durable saves, oldest first (whatever happened to the files later)."""
+    saves = [
+        c
+        for c in snap.checkpoints
+        if c.attempt == a.attempt and c.t is not None and c.size_bytes is not None
+    ]
+    return sorted(saves, key=lambda c: c.t or 0.0)
+
+
+def _resumed_step(snap: RunSnapshot, a: AttemptInfo) -> int | None:
+    if a.resumed_from is None:
+        return 0
+    return next((c.step for c in snap.checkpoints if c.path == a.resumed_from), None)
+
+
+def _interval(periodic: list[CheckpointInfo]) -> float | None:
+    gaps: list[float] = []
+    by_attempt: dict[int | None, list[float]] = {}
+    for c in periodic:
+        if c.t is not None:
+            by_attempt.setdefault(c.attempt, []).append(c.t)
+    for times in by_attempt.values():
+        times.sort()
+        gaps.extend(b - a for a, b in itertools.pairwise(times) if b > a)
+    return statistics.median(gaps) if gaps else None

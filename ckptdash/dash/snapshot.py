@@ -1,0 +1,221 @@
+"""Immutable snapshots of runs: what every session's views read.
+
+The watcher (:mod:`ckptdash.dash.watch`) owns every
+:class:`~ckptdash.state.RunState` and, after each poll, turns the runs that
+changed into :class:`RunSnapshot` objects with a :class:`SnapshotBuilder`;
+every browser session (and the notebook widget) gets the same snapshots.
+
+A snapshot never changes once built, and the builder reuses the parts of the
+previous snapshot that did not change (the checkpoint tuple, the commands …),
+so a view can skip work with an identity test: ``new.checkpoints is
+old.checkpoints`` means the table is already right.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+from ckptdash.events import Settings
+from ckptdash.resume import ResumeChoice, choose_resume
+from ckptdash.state import (
+    AttemptInfo,
+    CheckpointInfo,
+    CommandInfo,
+    ExceptionInfo,
+    Progress,
+    RequeueInfo,
+    RunState,
+    SignalInfo,
+)
+
+_CKPT_KINDS: Final = (
+    "checkpoint_started",
+    "checkpoint_saved",
+    "checkpoint_failed",
+    "checkpoint_removed",
+    "checkpoint_invalid",
+)
+_COMMAND_KINDS: Final = (
+    "command_received",
+    "command_applied",
+    "command_rejected",
+    "command_expired",
+)
+
+
+@dataclass(frozen=True)
+class RunSnapshot:
+    """One run as it was after a poll; never changes (parts are shared between snapshots)."""
+
+    root: str
+    name: str
+    run_id: str
+    version: int
+    attempts: tuple[AttemptInfo, ...]
+    checkpoints: tuple[CheckpointInfo, ...]
+    """Newest first, by (step, time)."""
+    signals: tuple[SignalInfo, ...]
+    requeues: tuple[RequeueInfo, ...]
+    exceptions: tuple[ExceptionInfo, ...]
+    commands: tuple[CommandInfo, ...]
+    """Newest first, by the time they were issued."""
+    progress: Progress | None
+    series: Mapping[int, Sequence[tuple[float, int]]]
+    settings: Settings | None
+    settings_error: str
+    resume: ResumeChoice | None
+    events_total: int
+    bad_lines: Mapping[str, int]
+    replaced: int
+    signature: tuple[object, ...] = field(repr=False, compare=False)
+
+    @property
+    def newest(self) -> AttemptInfo | None:
+        """The newest attempt (the one that decides the run's status)."""
+        return self.attempts[-1] if self.attempts else None
+
+    @property
+    def last_seen(self) -> float | None:
+        """The time of the newest attempt's last event: its last sign of life."""
+        newest = self.newest
+        return None if newest is None else newest.last_heartbeat_t
+
+    def valid_paths(self) -> frozenset[str]:
+        """Paths of checkpoints that are resume candidates (the only ones a pin may name)."""
+        return frozenset(c.path for c in self.checkpoints if c.status == "saved")
+
+
+@dataclass(frozen=True)
+class FolderSnapshot:
+    """Everything one watcher knows at one moment: every run, the clock, and how it watches."""
+
+    path: str
+    runs: tuple[RunSnapshot, ...]
+    now: float
+    version: int
+    loaded: bool
+    is_folder: bool
+    watching: str
+    problem: str = ""
+
+
+class SnapshotBuilder:
+    """Turns one run's :class:`RunState` into :class:`RunSnapshot` objects, reusing what did not
+    change. Call :meth:`take` from the thread that applies events to the state (the watcher's).
+    """
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+        self.name = Path(root).name or root
+        self.last: RunSnapshot | None = None
+        self._version = 0
+        self._resume_sig: object = None
+
+    def take(
+        self,
+        state: RunState,
+        *,
+        sightings: int,
+        settings: Settings | None,
+        settings_error: str,
+        settings_key: object,
+    ) -> RunSnapshot:
+        """The run now; the previous snapshot itself when nothing changed.
+
+        ``sightings`` counts command-file sightings the tailer reported (they
+        change a command's status without an event); ``settings_key`` changes
+        whenever the settings file did.
+        """
+        counts = state.event_counts
+        ck_sig = tuple(counts.get(k, 0) for k in _CKPT_KINDS)
+        cmd_sig = (tuple(counts.get(k, 0) for k in _COMMAND_KINDS), sightings)
+        list_sig = (len(state.signals), len(state.requeues), len(state.exceptions))
+        hb_sig = (counts.get("heartbeat", 0), len(state.attempts))
+        bad_sig = tuple(sorted(state.bad_lines.counts.items()))
+        signature = (
+            state.events_total,
+            ck_sig,
+            cmd_sig,
+            list_sig,
+            hb_sig,
+            bad_sig,
+            settings_key,
+            state.run_id,
+        )
+        old = self.last
+        if old is not None and old.signature == signature:
+            return old
+        self._version += 1
+
+        def same(index: int) -> bool:
+            return old is not None and old.signature[index] == signature[index]
+
+        checkpoints = (
+            old.checkpoints
+            if old is not None and same(1)
+            else tuple(
+                sorted(
+                    state.checkpoints.values(),
+                    key=lambda c: (-1 if c.step is None else c.step, c.t or 0.0, c.path),
+                    reverse=True,
+                )
+            )
+        )
+        commands = (
+            old.commands
+            if old is not None and same(2)
+            else tuple(
+                sorted(
+                    state.commands.values(),
+                    key=lambda c: (c.issued_at or c.received_at or c.resolved_at or 0.0, c.id),
+                    reverse=True,
+                )
+            )
+        )
+        series = (
+            old.series
+            if old is not None and same(4)
+            else {n: tuple(points) for n, points in state.series.items()}
+        )
+        resume_sig = (ck_sig, settings_key)
+        resume = old.resume if old is not None and resume_sig == self._resume_sig else None
+        if resume is None:
+            resume = _resume_choice(self.root, state)
+            self._resume_sig = resume_sig
+        snap = RunSnapshot(
+            root=self.root,
+            name=self.name,
+            run_id=state.run_id,
+            version=self._version,
+            # AttemptInfo objects are updated in place by the state: copy them.
+            attempts=tuple(dataclasses.replace(a) for a in state.attempts.values()),
+            checkpoints=checkpoints,
+            signals=tuple(state.signals),
+            requeues=tuple(state.requeues),
+            exceptions=tuple(state.exceptions),
+            commands=commands,
+            progress=state.progress,
+            series=series,
+            settings=settings,
+            settings_error=settings_error,
+            resume=resume,
+            events_total=state.events_total,
+            bad_lines=dict(state.bad_lines.counts),
+            replaced=state.replaced,
+            signature=signature,
+        )
+        self.last = snap
+        return snap
+
+
+def _resume_choice(root: str, state: RunState) -> ResumeChoice | None:
+    # "size" validation: a stat per candidate. The dashboard never reads a checkpoint's
+    # bytes (a checksum of a 50 GB file on every new save would stall the page).
+    try:
+        return choose_resume(root, validate="size", state=state)
+    except Exception as exc:  # a run directory that vanished: say so, keep going
+        return ResumeChoice(None, f"cannot apply the resume rule: {exc}")

@@ -1,0 +1,156 @@
+"""The checkpoint table: one row per checkpoint path, newest first; pin a row to resume from it."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Final
+
+import pandas as pd
+import panel as pn
+from bokeh.models.widgets.tables import NumberFormatter
+
+from ckptdash.dash.controls import Controls, button
+from ckptdash.dash.model import DashModel
+from ckptdash.dash.snapshot import RunSnapshot
+from ckptdash.dash.views import CSS
+
+COLUMNS: Final = [
+    "step",
+    "epoch",
+    "trigger",
+    "time",
+    "size",
+    "save s",
+    "status",
+    "resume",
+    "attempt",
+    "file",
+    "path",
+]
+
+
+def checkpoint_frame(snap: RunSnapshot | None) -> pd.DataFrame:
+    """The table's rows: numbers stay numbers so that sorting works; ``resume`` marks the
+    pinned checkpoint and the one the next attempt will load."""
+    if snap is None:
+        return pd.DataFrame(columns=COLUMNS)
+    pin = snap.settings.resume_pin if snap.settings is not None else None
+    chosen = snap.resume.path if snap.resume is not None else None
+    rows = []
+    for c in snap.checkpoints:
+        marks = []
+        if c.path == chosen:
+            marks.append("next")
+        if pin and c.path == pin:
+            marks.append("pinned")
+        status = c.status + (f": {c.reason}" if c.reason else "")
+        status += f" ({c.error})" if c.error else ""
+        rows.append(
+            {
+                "step": c.step,
+                "epoch": c.epoch,
+                "trigger": c.trigger,
+                "time": _local(c.t),
+                "size": c.size_bytes,
+                "save s": c.duration_s,
+                "status": status,
+                "resume": " ".join(marks),
+                "attempt": c.attempt,
+                "file": _short(c.path, snap.root),
+                "path": c.path,
+            }
+        )
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def _short(path: str, root: str) -> str:
+    """The path relative to the run directory when it lies inside it (the table is narrow)."""
+    rel = os.path.relpath(path, root) if os.path.isabs(path) == os.path.isabs(root) else path
+    return path if rel.startswith("..") else rel
+
+
+def _local(t: float | None) -> Any:
+    """A naive timestamp in this host's local time (Tabulator shows naive datetimes as they are)."""
+    if t is None:
+        return pd.NaT
+    return pd.Timestamp(t + time.localtime(t).tm_gmtoff, unit="s")
+
+
+class CheckpointTable(pn.viewable.Viewer):  # type: ignore[misc]
+    """Sortable checkpoint table; select a row and click "Resume from this" to pin it."""
+
+    def __init__(self, model: DashModel, controls: Controls, **params: Any) -> None:
+        super().__init__(**params)
+        self.model = model
+        self.controls = controls
+        self.table = pn.widgets.Tabulator(
+            checkpoint_frame(None),
+            show_index=False,
+            selectable=1,
+            disabled=True,
+            height=300,
+            sizing_mode="stretch_width",
+            layout="fit_data_stretch",
+            hidden_columns=["path"],  # kept for the pin; "file" is what a person reads
+            formatters={
+                "size": NumberFormatter(format="0.0 b", nan_format="–"),
+                "save s": NumberFormatter(format="0.00", nan_format="–"),
+            },
+        )
+        self.pin_button = button("Resume from this", "primary", disabled=True)
+        self.pin_button.on_click(self._pin)
+        self.table.param.watch(self._on_select, "selection")
+        self._shown: tuple[object, ...] = ()
+        self._selected_path: str | None = None
+        self._layout = pn.Column(
+            pn.Row(
+                pn.pane.HTML("<div class='ck'><h4>Checkpoints</h4></div>", stylesheets=[CSS]),
+                self.pin_button,
+            ),
+            self.table,
+            sizing_mode="stretch_width",
+        )
+        model.param.watch(self._render, ["run"])
+        self._render()
+
+    def __panel__(self) -> Any:
+        return self._layout
+
+    def _render(self, *events: object) -> None:
+        snap = self.model.run
+        key = (
+            None if snap is None else snap.root,
+            None if snap is None else snap.checkpoints,
+            None if snap is None else snap.settings,
+            None if snap is None else snap.resume,
+        )
+        if len(self._shown) == len(key) and all(
+            a is b for a, b in zip(key, self._shown, strict=True)
+        ):
+            return  # a heartbeat: the rows are the same objects as last time
+        self._shown = key
+        df = checkpoint_frame(snap)
+        paths = list(df["path"])
+        keep = self._selected_path
+        # Rows move when a checkpoint arrives: keep the same checkpoint selected, not the same row.
+        self.table.param.update(value=df, selection=[paths.index(keep)] if keep in paths else [])
+        self._update_button()
+
+    def _on_select(self, event: Any) -> None:
+        df = self.table.value
+        rows = [i for i in event.new if 0 <= i < len(df)]
+        self._selected_path = str(df["path"].iloc[rows[0]]) if rows else None
+        self._update_button()
+
+    def _update_button(self) -> None:
+        snap = self.model.run
+        valid = snap is not None and self._selected_path in snap.valid_paths()
+        self.pin_button.disabled = not valid
+
+    def _pin(self, _: object) -> None:
+        path = self._selected_path
+        if path is None:
+            self.controls.say("select a checkpoint row first", problem=True)
+            return
+        self.controls.run_action(lambda: self.controls.actions.pin(path))

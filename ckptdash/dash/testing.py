@@ -1,0 +1,207 @@
+"""Helpers for testing the dashboard, shipped for the tests, the benchmarks and the screenshot.
+
+* :func:`launch_chromium` starts the system's chromium (Debian's package) with
+  Playwright — never a downloaded browser.
+* :func:`page_text` reads a page's text through Panel's shadow roots.
+* :class:`FakeTrainer` plays the training side of the control channel: it
+  claims commands, saves a small checkpoint for Save now and answers through
+  the event log, exactly as a real job's rank 0 does.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from typing import Any, Final
+
+from ckptdash import control
+from ckptdash import events as ev
+from ckptdash.rundir import RunDir, atomic_write
+from ckptdash.writer import EventWriter
+
+CHROMIUM_ARGS: Final = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+HOW_TO_GET_CHROMIUM: Final = "install the system browser: sudo apt-get install chromium"
+
+# Text of every element, shadow roots included (Panel renders each component in one).
+_PAGE_TEXT_JS: Final = """() => {
+  const out = [];
+  const walk = (node) => {
+    if (node.nodeType === Node.TEXT_NODE) { out.push(node.textContent); return; }
+    if (["STYLE", "SCRIPT", "TEMPLATE"].includes(node.nodeName)) return;
+    if (node.shadowRoot) walk(node.shadowRoot);
+    for (const child of node.childNodes) walk(child);
+  };
+  walk(document.body);
+  return out.join(" ");
+}"""
+
+
+def chromium_path() -> str | None:
+    """The system chromium (``$CKPTDASH_CHROMIUM`` first), or None when there is none."""
+    for candidate in (os.environ.get("CKPTDASH_CHROMIUM"), shutil.which("chromium")):
+        if candidate and os.access(candidate, os.X_OK):
+            return candidate
+    default = "/usr/bin/chromium"
+    return default if os.access(default, os.X_OK) else None
+
+
+def launch_chromium(playwright: Any) -> Any:
+    """A headless chromium browser driven by ``playwright`` (sync API)."""
+    path = chromium_path()
+    if path is None:
+        raise RuntimeError(f"no chromium found; {HOW_TO_GET_CHROMIUM}")
+    return playwright.chromium.launch(executable_path=path, args=CHROMIUM_ARGS)
+
+
+def page_text(page: Any) -> str:
+    """All text on the page, including what Panel renders inside shadow roots."""
+    return str(page.evaluate(_PAGE_TEXT_JS))
+
+
+class ServeProcess:
+    """``ckptdash serve PATH --port 0 [ARGS]`` as a user runs it, in its own process.
+
+    >>> with ServeProcess("runs/exp1") as server:      # doctest: +SKIP
+    ...     page.goto(server.url)
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *args: str, timeout: float = 60.0) -> None:
+        self._log = tempfile.NamedTemporaryFile(  # noqa: SIM115 - closed in stop()
+            "w+", prefix="ckptdash-serve-", suffix=".log"
+        )
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "ckptdash", "serve", str(path), "--port", "0", *args],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+        self.url = self._wait_for_url(timeout)
+
+    def _wait_for_url(self, timeout: float) -> str:
+        deadline = time.monotonic() + timeout
+        pause = threading.Event()  # never set: a short pause between looks at the log
+        while time.monotonic() < deadline:
+            found = re.search(r"at (http://\S+/)", self.log())
+            if found:
+                return found.group(1)
+            if self.proc.poll() is not None:
+                break
+            pause.wait(0.02)
+        self.stop()
+        raise RuntimeError(f"ckptdash serve did not start:\n{self.log()}")
+
+    def log(self) -> str:
+        """What the server printed so far."""
+        with open(self._log.name) as f:
+            return f.read()
+
+    def rss_bytes(self, peak: bool = False) -> int:
+        """The server's resident memory now (or its peak), from /proc."""
+        field = "VmHWM" if peak else "VmRSS"
+        with open(f"/proc/{self.proc.pid}/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+        raise RuntimeError(f"no {field} in /proc/{self.proc.pid}/status")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(30)
+        self._log.close()
+
+    def __enter__(self) -> ServeProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class FakeTrainer:
+    """The training side of the control channel, without training.
+
+    :meth:`answer` claims every command in the inbox and answers it as rank 0
+    would: ``command_received``, then for ``save_now`` a small checkpoint
+    (trigger ``manual``) and ``command_applied`` with its path; for
+    ``stop_after_save`` the same and ``run_finished``; malformed files are
+    rejected.
+    """
+
+    def __init__(self, run_dir: str | os.PathLike[str], *, attempt: int = 0) -> None:
+        self.run = RunDir(run_dir)
+        self.writer = EventWriter(self.run, attempt=attempt, host="fake-node")
+        self.step = 0
+
+    def start(self, **fields: Any) -> None:
+        """Write ``run_started`` (scheduler ``local`` unless given)."""
+        self.writer.emit(ev.RunStarted, **{"scheduler": "local", **fields})
+
+    def heartbeat(self, step: int, **fields: Any) -> None:
+        self.step = step
+        self.writer.emit(ev.Heartbeat, step=step, **fields)
+
+    def save(self, step: int, trigger: ev.Trigger = "periodic", name: str | None = None) -> str:
+        """Write a small checkpoint atomically and record it; returns its path."""
+        self.step = step
+        path = self.run.checkpoints / (name or f"step={step}-{trigger}.ckpt")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        result = atomic_write(path, f"checkpoint at step {step}\n".encode(), fsync=False)
+        self.writer.emit(
+            ev.CheckpointSaved,
+            step=step,
+            path=str(path),
+            trigger=trigger,
+            size_bytes=result.size_bytes,
+            duration_s=0.01,
+            checksum=result.checksum,
+        )
+        return str(path)
+
+    def answer(self) -> list[str]:
+        """Answer every pending command; returns the ids answered."""
+        done = []
+        for claimed in control.claim(self.run):
+            name = claimed.command_name
+            self.writer.emit(
+                ev.CommandReceived, step=self.step, command_id=claimed.id, command=name
+            )
+            if claimed.error is not None:
+                self.writer.emit(
+                    ev.CommandRejected, step=self.step, command_id=claimed.id, reason=claimed.error
+                )
+            else:
+                self.step += 1
+                path = self.save(self.step, "manual")
+                self.writer.emit(
+                    ev.CommandApplied,
+                    step=self.step,
+                    command_id=claimed.id,
+                    command=name,
+                    detail=path,
+                )
+                if name == "stop_after_save":
+                    self.writer.emit(ev.RunFinished, step=self.step, reason="stopped by command")
+            control.complete(self.run, claimed)
+            done.append(claimed.id)
+        return done
+
+    def close(self) -> None:
+        self.writer.close()
+
+    def __enter__(self) -> FakeTrainer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,412 @@
+"""Watch a run directory (or a folder of runs) and publish snapshots from one background thread.
+
+::
+
+    file written ──inotify (watchdog Observer)──┐
+                 or the poll timer ─────────────┴─> wake ─> worker thread:
+                                                    tail new bytes → RunState.apply
+                                                    → RunSnapshot → every subscriber
+
+One thread owns every tailer and run state, so they need no lock; and the
+views are updated from that plain thread, which is what keeps a notebook
+widget live while another cell blocks in ``trainer.fit()`` (an event-loop
+callback would wait until the cell ends).
+
+Polling mode exists for NFS and Lustre, where a write from another host
+raises no inotify event on this one. It is chosen by flag, or when the run
+directory's mount is a network filesystem (:mod:`ckptdash.dash.mounts`).
+Polling is the tailer's own
+``stat`` of each event file, which is cheaper than watchdog's
+``PollingObserver`` (that one snapshots the whole tree, checkpoints included,
+only to make us stat the event files again). Even with inotify the worker
+polls every ``refresh_s`` as a safety net, and to advance the clock that
+"last heartbeat 12 s ago" and stale detection read.
+
+One :class:`RunWatcher` per path serves every browser session:
+:class:`~ckptdash.dash.hub.WatcherHub` counts the sessions and stops the
+watcher when the last one ends.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final, TypeAlias
+
+from watchdog.events import (
+    DirCreatedEvent,
+    DirDeletedEvent,
+    DirMovedEvent,
+    FileCreatedEvent,
+    FileDeletedEvent,
+    FileModifiedEvent,
+    FileMovedEvent,
+    FileSystemEvent,
+    FileSystemEventHandler,
+)
+from watchdog.observers import Observer
+from watchdog.observers.api import BaseObserver
+
+from ckptdash import control
+from ckptdash.dash.mounts import WatchMode, choose_mode
+from ckptdash.dash.snapshot import FolderSnapshot, RunSnapshot, SnapshotBuilder
+from ckptdash.errors import CkptDashError, RunDirError
+from ckptdash.events import Settings
+from ckptdash.rundir import CONTROL_DIR, EVENTS_DIR, RunDir, find_runs
+from ckptdash.state import RunState
+from ckptdash.tail import RunTailer
+
+log = logging.getLogger(__name__)
+
+# Only changes: opening or reading a file (our own tailer does both) must not wake us.
+_EVENT_FILTER: Final = [
+    FileModifiedEvent,
+    FileCreatedEvent,
+    FileMovedEvent,
+    FileDeletedEvent,
+    DirCreatedEvent,
+    DirMovedEvent,
+    DirDeletedEvent,
+]
+
+
+class _Wake(FileSystemEventHandler):
+    """Any change under a watched folder wakes the worker and says where it happened."""
+
+    def __init__(self, note: Callable[[str], None]) -> None:
+        self._note = note
+
+    def on_any_event(self, event: FileSystemEvent) -> None:
+        self._note(os.fsdecode(event.src_path))
+
+
+@dataclass
+class _Run:
+    """One run as the worker keeps it."""
+
+    rd: RunDir
+    tailer: RunTailer
+    state: RunState
+    builder: SnapshotBuilder
+    sightings: int = 0
+    settings: Settings | None = None
+    settings_error: str = ""
+    settings_key: object = None
+    watched: set[str] = field(default_factory=set)
+
+
+Subscriber: TypeAlias = Callable[[FolderSnapshot], None]
+
+
+class RunWatcher:
+    """Tail ``path`` (a run directory or a folder of runs) in a thread; publish every change.
+
+    Subscribers are called in the worker thread with a :class:`FolderSnapshot`
+    after every poll that found something, and at least every ``refresh_s``
+    (the clock moves). A subscriber that raises is logged and kept.
+
+    >>> with RunWatcher("runs/exp1") as w:            # doctest: +SKIP
+    ...     w.subscribe(lambda snap: print(snap.runs[0].progress))
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        mode: WatchMode = "auto",
+        poll_interval_s: float = 1.0,
+        refresh_s: float = 1.0,
+        min_gap_s: float = 0.02,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if not poll_interval_s > 0 or not refresh_s > 0:
+            raise CkptDashError(
+                f"poll_interval_s={poll_interval_s}, refresh_s={refresh_s}:"
+                " both must be positive numbers of seconds"
+            )
+        self.path = Path(path)
+        self.mode, self.mode_reason = choose_mode(self.path, mode)
+        self.poll_interval_s = poll_interval_s
+        self.refresh_s = refresh_s if self.mode == "inotify" else poll_interval_s
+        self._min_gap_s = min_gap_s  # bursts of appends are read together, not line by line
+        self._clock = clock
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._loaded = threading.Event()
+        self._lock = threading.Lock()  # guards subscribers and latest
+        self._subscribers: list[Subscriber] = []
+        self._runs: dict[str, _Run] = {}
+        self._runs_tuple: tuple[RunSnapshot, ...] = ()
+        self._version = 0
+        self._problem = ""
+        self._is_folder = False
+        self._observer: BaseObserver | None = None
+        self._handler = _Wake(self._note)
+        self._dirty: set[str] = set()  # paths inotify reported since the last poll
+        self._thread: threading.Thread | None = None
+        self.latest: FolderSnapshot | None = None
+        self.polls = 0
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> RunWatcher:
+        """Start the worker (and the inotify observer); returns self. Idempotent."""
+        if self._thread is not None:
+            return self
+        if self.mode == "inotify":
+            self._start_observer()
+        self._thread = threading.Thread(
+            target=self._run, name=f"ckptdash-watch:{self.path.name}", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the worker and the observer and wait for both. Idempotent."""
+        self._stop.set()
+        self._wake.set()
+        if self._observer is not None:
+            self._observer.stop()
+            self._observer.join(timeout)
+            self._observer = None
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+    def __enter__(self) -> RunWatcher:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def wait_loaded(self, timeout: float | None = None) -> bool:
+        """Block until the first full read is published (True), or the timeout passed."""
+        return self._loaded.wait(timeout)
+
+    def wake(self) -> None:
+        """Poll now rather than at the next tick (after this process wrote a control file)."""
+        self._wake.set()
+
+    def subscribe(self, fn: Subscriber) -> Callable[[], None]:
+        """Call ``fn`` with every snapshot from now on (and the latest one right away, in this
+        thread); returns the function that unsubscribes."""
+        with self._lock:
+            self._subscribers.append(fn)
+            latest = self.latest
+        if latest is not None:
+            self._call(fn, latest)
+
+        def unsubscribe() -> None:
+            with self._lock:
+                if fn in self._subscribers:
+                    self._subscribers.remove(fn)
+
+        return unsubscribe
+
+    # --- the worker --------------------------------------------------------------------------
+
+    def _start_observer(self) -> None:
+        observer = Observer()
+        observer.daemon = True
+        try:
+            observer.start()
+        except OSError as exc:  # inotify instances exhausted: fall back, say why (as watchdog does)
+            self.mode = "poll"
+            self.mode_reason = f"polling (inotify unavailable: {exc.strerror or exc})"
+            self.refresh_s = self.poll_interval_s
+            log.warning("ckptdash: %s: %s", self.path, self.mode_reason)
+            return
+        self._observer = observer
+        self._watch(str(self.path), recursive=False)
+
+    def _watch(self, folder: str, *, recursive: bool) -> bool:
+        if self._observer is None:
+            return False
+        try:
+            self._observer.schedule(
+                self._handler, folder, recursive=recursive, event_filter=_EVENT_FILTER
+            )
+        except OSError as exc:
+            # Out of inotify watches, or the folder vanished: the safety poll still sees it.
+            log.info(
+                "ckptdash: cannot watch %s (%s); polled every %g s", folder, exc, self.refresh_s
+            )
+            return False
+        return True
+
+    def _note(self, path: str) -> None:
+        with self._lock:
+            self._dirty.add(path)
+        self._wake.set()
+
+    def _run(self) -> None:
+        last_poll = last_full = 0.0
+        roots: set[str] | None = None  # None: every run
+        while not self._stop.is_set():
+            try:
+                self._poll(roots)
+                self._publish()
+            except Exception:  # the watcher must outlive any one bad poll
+                log.exception("ckptdash: polling %s failed; trying again", self.path)
+            last_poll = time.monotonic()
+            if roots is None:
+                last_full = last_poll
+            self._wake.wait(max(0.0, self.refresh_s - (last_poll - last_full)))
+            if self._stop.is_set():
+                break
+            # Coalesce a burst of writes into one poll, without delaying a lone write.
+            gap = self._min_gap_s - (time.monotonic() - last_poll)
+            if gap > 0:
+                self._stop.wait(gap)
+            self._wake.clear()
+            with self._lock:
+                dirty, self._dirty = self._dirty, set()
+            full = not dirty or time.monotonic() - last_full >= self.refresh_s
+            roots = None if full else self._roots_of(dirty)
+
+    def _roots_of(self, paths: set[str]) -> set[str] | None:
+        """The runs these changed paths belong to; None (poll all) for a path outside any run."""
+        base = str(self.path)
+        roots = set()
+        for p in paths:
+            rel = os.path.relpath(p, base)
+            if rel.startswith(".."):
+                return None
+            if not self._is_folder:
+                roots.add(str(self.path))
+                continue
+            first = rel.split(os.sep, 1)[0]
+            root = str(self.path / first)
+            if first == "." or root not in self._runs:
+                return None  # the folder itself changed: maybe a new run
+            roots.add(root)
+        return roots
+
+    def _poll(self, roots: set[str] | None = None) -> None:
+        self.polls += 1
+        if roots is None:
+            self._discover()
+        for root, run in list(self._runs.items()):
+            if roots is not None and root not in roots:
+                continue
+            changed = False
+            for batch in run.tailer.batches():
+                if batch:
+                    run.state.apply(batch)
+                    run.sightings += len(batch.commands)
+                    changed = True
+            changed |= self._read_settings(run)
+            if changed or run.builder.last is None:
+                run.builder.take(
+                    run.state,
+                    sightings=run.sightings,
+                    settings=run.settings,
+                    settings_error=run.settings_error,
+                    settings_key=run.settings_key,
+                )
+            self._watch_run(run)
+
+    def _discover(self) -> None:
+        """Find the runs (new ones join as they appear); note why there are none."""
+        try:
+            runs = find_runs(self.path)
+        except RunDirError as exc:
+            self._problem = str(exc)
+            return
+        except OSError as exc:
+            self._problem = f"{self.path}: {exc.strerror or exc}"
+            return
+        self._problem = ""
+        self._is_folder = not RunDir(self.path).is_run()
+        for rd in runs:
+            root = str(rd.root)
+            if root not in self._runs:
+                try:
+                    run_id = rd.info().run_id
+                except RunDirError:
+                    run_id = ""
+                self._runs[root] = _Run(
+                    rd, RunTailer(rd), RunState(root, run_id), SnapshotBuilder(root)
+                )
+
+    def _watch_run(self, run: _Run) -> None:
+        """Add inotify watches as a run's folders appear: events/ and control/, never
+        checkpoints/ (a big save writes millions of times)."""
+        if self._observer is None:
+            return
+        wanted = [(str(run.rd.root), False), (str(run.rd.root / EVENTS_DIR), False)]
+        wanted.append((str(run.rd.root / CONTROL_DIR), True))
+        for folder, recursive in wanted:
+            if (
+                folder not in run.watched
+                and os.path.isdir(folder)
+                and self._watch(folder, recursive=recursive)
+            ):
+                run.watched.add(folder)
+
+    def _read_settings(self, run: _Run) -> bool:
+        """Re-read settings.json when it changed (a stat per poll); True if it did."""
+        path = run.rd.settings
+        try:
+            st = os.stat(path)
+            key: object = (st.st_ino, st.st_mtime_ns, st.st_size)
+        except FileNotFoundError:
+            key = "missing"
+        except OSError as exc:
+            key = f"error: {exc}"
+        if key == run.settings_key:
+            return False
+        run.settings_key = key
+        try:
+            run.settings, run.settings_error = control.read_settings(run.rd), ""
+        except CkptDashError as exc:
+            run.settings, run.settings_error = None, str(exc)
+        return True
+
+    def _publish(self) -> None:
+        snaps = tuple(
+            run.builder.last
+            for _, run in sorted(self._runs.items())
+            if run.builder.last is not None
+        )
+        if len(snaps) != len(self._runs_tuple) or any(
+            a is not b for a, b in zip(snaps, self._runs_tuple, strict=False)
+        ):
+            self._runs_tuple = snaps
+        self._version += 1
+        folder = FolderSnapshot(
+            path=str(self.path),
+            runs=self._runs_tuple,
+            now=self._clock(),
+            version=self._version,
+            loaded=True,
+            is_folder=self._is_folder,
+            watching=self._describe(),
+            problem=self._problem,
+        )
+        with self._lock:
+            self.latest = folder
+            subscribers = list(self._subscribers)
+        self._loaded.set()
+        for fn in subscribers:
+            self._call(fn, folder)
+
+    @staticmethod
+    def _call(fn: Subscriber, folder: FolderSnapshot) -> None:
+        try:
+            fn(folder)
+        except Exception:
+            log.exception("ckptdash: a dashboard view failed to update; it stays subscribed")
+
+    def _describe(self) -> str:
+        if self.mode == "poll":
+            return f"{self.mode_reason}, every {self.poll_interval_s:g} s"
+        return f"{self.mode_reason}, checked every {self.refresh_s:g} s"

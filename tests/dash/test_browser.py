@@ -1,0 +1,222 @@
+"""The dashboard in a real browser (Debian's chromium, driven by Playwright) against a real
+`ckptdash serve` process, while a writer keeps appending events to the run.
+
+Without chromium these tests skip, saying how to install it; in CI (CI=true) they fail.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import pytest
+
+from ckptdash import control, events
+from ckptdash.dash.testing import (
+    HOW_TO_GET_CHROMIUM,
+    FakeTrainer,
+    ServeProcess,
+    chromium_path,
+    launch_chromium,
+)
+
+pytestmark = pytest.mark.ui
+WaitUntil = Callable[..., None]
+LOCAL_HOSTS = {"127.0.0.1", "localhost"}
+
+if chromium_path() is None:
+    if os.environ.get("CI") == "true":
+        raise RuntimeError(f"CI=true but no chromium: {HOW_TO_GET_CHROMIUM}")
+    pytest.skip(f"no chromium; {HOW_TO_GET_CHROMIUM}", allow_module_level=True)
+
+from playwright.sync_api import Page, expect, sync_playwright  # noqa: E402
+
+
+class Heartbeats:
+    """Appends a heartbeat every 100 ms from its own thread, as a training job does."""
+
+    def __init__(self, trainer: FakeTrainer) -> None:
+        self._trainer = trainer
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="test-heartbeats")
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.1):
+            self._trainer.writer.emit(events.Heartbeat, step=self._trainer.step, epoch=0)
+
+    def __enter__(self) -> Heartbeats:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, FakeTrainer]]:
+    """A run being written: started, three periodic saves, a heartbeat every 100 ms."""
+    root = tmp_path_factory.mktemp("ui") / "live-run"
+    with FakeTrainer(root) as trainer:
+        trainer.start(max_steps=1000, job_id="4242")
+        for step in (1, 2, 3):
+            trainer.save(step)
+        with Heartbeats(trainer):
+            yield root, trainer
+
+
+@pytest.fixture(scope="module")
+def server(live: tuple[Path, FakeTrainer]) -> Iterator[str]:
+    """`ckptdash serve RUN_DIR --port 0` as a user starts it; yields the URL it prints."""
+    root, _ = live
+    with ServeProcess(root) as proc:
+        yield proc.url
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """One headless chromium for the module."""
+    with sync_playwright() as p:
+        b = launch_chromium(p)
+        yield b
+        b.close()
+
+
+class Tab:
+    """The dashboard open in one tab for the whole module (a page load costs seconds), with
+    every request that left this machine."""
+
+    def __init__(self, browser: Any, url: str) -> None:
+        self.context = browser.new_context(viewport={"width": 1400, "height": 1000})
+        self.page = self.context.new_page()
+        self.external: list[str] = []
+        self.page.on("request", lambda r: self.external.append(r.url) if _external(r.url) else None)
+        self.page.goto(url)
+        expect(self.page.get_by_role("button", name="Save now")).to_be_enabled(timeout=90_000)
+
+
+@pytest.fixture(scope="module")
+def tab(browser: Any, server: str) -> Iterator[Tab]:
+    tab = Tab(browser, server)
+    yield tab
+    tab.context.close()
+
+
+@pytest.fixture
+def page(tab: Tab) -> Iterator[Page]:
+    """The dashboard's tab; the test fails if the page asked any other host for anything
+    (it must work on an offline login node)."""
+    yield tab.page
+    assert tab.external == [], f"the page fetched from other hosts: {tab.external[:5]}"
+
+
+def _external(url: str) -> bool:
+    """A request that leaves this machine (data: and blob: URLs never do)."""
+    parts = urlparse(url)
+    return parts.scheme in ("http", "https", "ws", "wss") and parts.hostname not in LOCAL_HOSTS
+
+
+def _inbox(root: Path) -> list[Path]:
+    return sorted((root / "control" / "inbox").glob("*.json"))
+
+
+def test_page_shows_the_run_and_its_checkpoints(page: Page) -> None:
+    """The page names the run, its state and its checkpoints, all from this server."""
+    expect(page.locator(".tabulator-row", has_text="step=3-periodic.ckpt")).to_be_visible()
+    expect(page.get_by_text("running").first).to_be_visible()
+
+
+def test_a_new_checkpoint_shows_within_a_second(page: Page, live: tuple[Path, FakeTrainer]) -> None:
+    """A checkpoint_saved appended to the log is on the page in under a second."""
+    _, trainer = live
+    step = trainer.step + 10
+    start = time.monotonic()
+    trainer.save(step)
+    row = page.locator(".tabulator-row", has_text=f"step={step}-periodic.ckpt")
+    expect(row).to_be_visible(timeout=1000)
+    assert time.monotonic() - start < 1.0
+
+
+def test_save_now_makes_one_command_then_shows_it_applied_with_the_path(
+    page: Page, live: tuple[Path, FakeTrainer], wait_until: WaitUntil
+) -> None:
+    """One click is exactly one command, shown pending; when the trainer applies it the page
+    shows it applied with the checkpoint's path."""
+    root, trainer = live
+    assert _inbox(root) == []
+    page.get_by_role("button", name="Save now").click()
+    expect(page.get_by_text("pending").first).to_be_visible(timeout=5000)
+    assert len(_inbox(root)) == 1
+    (answered,) = trainer.answer()
+    path = f"step={trainer.step}-manual.ckpt"
+    commands = page.locator("td", has_text="applied")
+    expect(commands.first).to_be_visible(timeout=5000)
+    expect(page.locator("code", has_text=path).first).to_be_visible()
+    assert answered in "".join(p.name for p in (root / "control" / "done").iterdir())
+
+
+def test_suspend_requeue_flips_the_settings_file(
+    page: Page, live: tuple[Path, FakeTrainer], wait_until: WaitUntil
+) -> None:
+    """Suspend writes requeue_suspended=true; the button then offers to resume, which writes
+    false."""
+    root, _ = live
+    page.get_by_role("button", name="Suspend auto-requeue").click()
+    wait_until(lambda: control.read_settings(root).requeue_suspended, what="the setting")
+    resume = page.get_by_role("button", name="Resume auto-requeue")
+    expect(resume).to_be_visible(timeout=5000)
+    resume.click()
+    wait_until(lambda: not control.read_settings(root).requeue_suspended, what="the setting")
+    expect(page.get_by_role("button", name="Suspend auto-requeue")).to_be_visible(timeout=5000)
+
+
+def test_pinning_a_row_changes_what_ckptdash_resume_prints(
+    page: Page, live: tuple[Path, FakeTrainer], wait_until: WaitUntil
+) -> None:
+    """Select an older checkpoint, click "Resume from this": `ckptdash resume RUN_DIR` now
+    names it; "Clear resume pin" goes back to the rule."""
+    root, _ = live
+    older = str(root / "checkpoints" / "step=2-periodic.ckpt")
+    page.locator(".tabulator-row", has_text="step=2-periodic.ckpt").click()
+    page.get_by_role("button", name="Resume from this").click()
+    wait_until(lambda: control.read_settings(root).resume_pin == older, what="the pin")
+    out = subprocess.run(
+        [sys.executable, "-m", "ckptdash", "resume", str(root)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert f"resumes from: {older}" in out
+    assert "pinned" in out
+    page.get_by_role("button", name="Clear resume pin").click()
+    wait_until(lambda: control.read_settings(root).resume_pin is None, what="the pin cleared")
+
+
+def test_stop_needs_confirmation_and_a_rejection_shows_its_reason(
+    page: Page, live: tuple[Path, FakeTrainer], wait_until: WaitUntil
+) -> None:
+    """Stop after save writes nothing until confirmed, then one command; a rejection from the
+    job shows with its reason."""
+    root, trainer = live
+    page.get_by_role("button", name="Stop after save…").click()
+    expect(page.get_by_text("Stop the job?")).to_be_visible()
+    assert _inbox(root) == []
+    page.get_by_role("button", name="Confirm stop").click()
+    wait_until(lambda: len(_inbox(root)) == 1, what="the stop command")
+    (claimed,) = control.claim(root)
+    assert claimed.command_name == "stop_after_save"
+    trainer.writer.emit(
+        events.CommandRejected,
+        command_id=claimed.id,
+        command=claimed.command_name,
+        reason="not during evaluation",
+    )
+    control.complete(root, claimed)
+    expect(page.get_by_text("not during evaluation")).to_be_visible(timeout=5000)

@@ -1,0 +1,28 @@
+"""The hub: one watcher per path, shared by sessions, stopped with the last one."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from ckptdash.dash.hub import WatcherHub
+
+WaitUntil = Callable[..., None]
+
+
+def test_hub_shares_one_watcher_and_stops_it_with_the_last_user(
+    make_run: Callable[..., Path], wait_until: WaitUntil
+) -> None:
+    """Two sessions of one path share a watcher; it stops when the second is released."""
+    root = make_run()
+    hub = WatcherHub()
+    first = hub.acquire(root)
+    second = hub.acquire(str(root) + "/")
+    assert first is second
+    assert hub.users(first) == 2
+    hub.release(first)
+    assert first.running
+    hub.release(second)
+    wait_until(lambda: not first.running, what="the watcher to stop")
+    assert hub.users(first) == 0
+    assert hub.watchers() == []

@@ -1,0 +1,278 @@
+"""The views and controls, without a server: what they show, what a click writes, and that
+updates arrive from the watcher's thread while the main thread is blocked."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ckptdash import control, events
+from ckptdash.dash.app import Dashboard, DashOptions
+from ckptdash.dash.controls import ControlActions, button_label
+from ckptdash.dash.hub import WatcherHub
+from ckptdash.dash.model import DashModel
+from ckptdash.dash.timeline import TRIGGER_COLORS, timeline_data
+from ckptdash.dash.views import render_commands
+from ckptdash.errors import ControlError
+from ckptdash.resume import choose_resume
+from ckptdash.writer import EventWriter
+from tests.dash.conftest import T0, Scenario, ev, preempted_run, saved
+
+WaitUntil = Callable[..., None]
+
+
+@pytest.fixture
+def dash(
+    make_run: Callable[..., Path], hub: WatcherHub, wait_until: WaitUntil
+) -> Iterator[Dashboard]:
+    """A dashboard (no server) on the preempted run, loaded."""
+    root = make_run()
+    d = Dashboard(root, options=DashOptions(watch="inotify"), hub=hub)
+    wait_until(lambda: d.model.run is not None, what="the first load")
+    yield d
+    d.close()
+
+
+def _clicks(button: Any) -> None:
+    button.clicks += 1  # what a browser click does to a Panel button
+
+
+def _inbox(root: Path) -> list[Path]:
+    return sorted((root / "control" / "inbox").glob("*.json"))
+
+
+def test_header_shows_state_job_attempt_progress_and_resume(dash: Dashboard) -> None:
+    """The header names the state, scheduler and job, attempt of budget, host, step of max,
+    requeue policy and the resume choice with its reason."""
+    html = dash.header._pane.object
+    # The events are from 2025: the attempt that never said it ended is shown as stale.
+    for text in ("stale", "slurm 77", "n2", "450", "1,000", "auto-requeue", "next attempt"):
+        assert text in html, text
+    assert "16 events" in html
+
+
+def test_table_lists_checkpoints_newest_first(dash: Dashboard) -> None:
+    """One row per checkpoint, newest step first, with trigger and status."""
+    df = dash.table.table.value
+    assert list(df["step"]) == [350, 250, 200, 100]
+    assert list(df["trigger"]) == ["periodic", "signal", "periodic", "periodic"]
+    assert set(df["status"]) == {"saved"}
+
+
+def test_save_now_writes_one_command_and_changes_nothing_shown(dash: Dashboard) -> None:
+    """A click writes exactly one command file; the shown state is untouched until the watcher
+    reads the file back (then the command shows as pending)."""
+    root = dash.path
+    dash.watcher.stop()  # nothing reads the file back during this test
+    run_before = dash.model.run
+    _clicks(dash.controls.save_button)
+    files = _inbox(root)
+    assert len(files) == 1
+    assert control.claim(root)[0].command_name == "save_now"
+    assert dash.model.run is run_before
+    assert "Save now sent" in dash.controls.message.object
+
+
+def test_pending_then_applied_comes_back_through_the_log(
+    dash: Dashboard, wait_until: WaitUntil
+) -> None:
+    """The command list shows the click as pending, then the job's answer with the path."""
+    root = dash.path
+    _clicks(dash.controls.save_button)
+    wait_until(lambda: "pending" in dash.commands._pane.object, timeout=5, what="pending")
+    (claimed,) = control.claim(root)
+    with EventWriter(root, attempt=2) as w:
+        w.emit(events.CommandReceived, step=451, command_id=claimed.id, command="save_now")
+        w.emit(
+            events.CommandApplied,
+            step=451,
+            command_id=claimed.id,
+            command="save_now",
+            detail="/ck/manual-451.ckpt",
+        )
+    control.complete(root, claimed)
+    wait_until(lambda: "applied" in dash.commands._pane.object, timeout=5, what="applied")
+    assert "/ck/manual-451.ckpt" in dash.commands._pane.object
+
+
+def test_stop_asks_for_confirmation_first(dash: Dashboard) -> None:
+    """Stop after save writes nothing until confirmed; Cancel writes nothing; Confirm writes
+    one stop command."""
+    root = dash.path
+    _clicks(dash.controls.stop_button)
+    assert dash.controls.confirm_row.visible
+    assert _inbox(root) == []
+    _clicks(dash.controls.cancel_button)
+    assert not dash.controls.confirm_row.visible
+    assert _inbox(root) == []
+    _clicks(dash.controls.stop_button)
+    _clicks(dash.controls.confirm_button)
+    (claimed,) = control.claim(root)
+    assert claimed.command_name == "stop_after_save"
+
+
+def test_requeue_button_flips_the_setting(dash: Dashboard, wait_until: WaitUntil) -> None:
+    """The button asks for the opposite of what is shown, and relabels once the file is read."""
+    root = dash.path
+    _clicks(dash.controls.requeue_button)
+    assert control.read_settings(root).requeue_suspended
+    wait_until(
+        lambda: button_label(dash.controls.requeue_button) == "Resume auto-requeue", timeout=5
+    )
+    assert "suspended" in dash.header._pane.object
+    _clicks(dash.controls.requeue_button)
+    assert not control.read_settings(root).requeue_suspended
+
+
+def test_pin_only_a_recorded_valid_checkpoint(
+    make_run: Callable[..., Path], hub: WatcherHub, wait_until: WaitUntil, tmp_path: Path
+) -> None:
+    """Pinning a selected row writes the pin and changes the resume choice; a path the run
+    never recorded is refused and nothing is written."""
+    ckpt = tmp_path / "ck"
+    ckpt.mkdir()
+    for name in ("a", "b"):
+        (ckpt / f"{name}.ckpt").write_bytes(b"x" * 100)
+    root = make_run(
+        evs=[
+            ev(events.RunStarted, 0),
+            saved(10, str(ckpt / "a.ckpt"), 10),
+            saved(20, str(ckpt / "b.ckpt"), 20),
+        ]
+    )
+    d = Dashboard(root, options=DashOptions(watch="inotify"), hub=hub)
+    try:
+        wait_until(lambda: d.model.run is not None and len(d.table.table.value) == 2)
+        assert choose_resume(root).path == str(ckpt / "b.ckpt")
+        d.table.table.selection = [1]  # the older checkpoint, a.ckpt
+        assert not d.table.pin_button.disabled
+        _clicks(d.table.pin_button)
+        assert control.read_settings(root).resume_pin == str(ckpt / "a.ckpt")
+        assert choose_resume(root).path == str(ckpt / "a.ckpt")
+        wait_until(lambda: "pinned" in d.table.table.value["resume"].iloc[1], timeout=5)
+        assert not d.controls.clear_pin_button.disabled
+        with pytest.raises(ControlError, match="not a valid checkpoint"):
+            d.actions.pin("/etc/passwd")
+        assert control.read_settings(root).resume_pin == str(ckpt / "a.ckpt")
+        _clicks(d.controls.clear_pin_button)
+        assert control.read_settings(root).resume_pin is None
+    finally:
+        d.close()
+
+
+def test_selection_follows_the_checkpoint_when_rows_move(
+    dash: Dashboard, wait_until: WaitUntil
+) -> None:
+    """A new checkpoint moves the rows down; the selection stays on the same checkpoint."""
+    root = dash.path
+    dash.table.table.selection = [1]  # step 250, the signal save
+    with EventWriter(root, attempt=2) as w:
+        w.write(saved(700, "/ck/new.ckpt", 500, attempt=2))
+    wait_until(lambda: dash.table.table.selection == [2], timeout=5, what="the moved selection")
+    assert len(dash.table.table.value) == 5
+    assert dash.table._selected_path == "/ck/sig.ckpt"
+
+
+def test_actions_refuse_without_a_run(tmp_path: Path) -> None:
+    """With no run selected, an action says so instead of writing anywhere."""
+    actions = ControlActions(DashModel(path=str(tmp_path)))
+    with pytest.raises(ControlError, match="no run is selected"):
+        actions.save_now()
+
+
+def test_updates_arrive_while_the_main_thread_blocks(
+    dash: Dashboard, wait_until: WaitUntil
+) -> None:
+    """Views are updated from the watcher's thread, with no event loop: what keeps a notebook
+    widget live while a cell runs trainer.fit(). The main thread only waits on an Event."""
+    root = dash.path
+    seen = threading.Event()
+    updated_in: list[str] = []
+
+    def on_value(event: Any) -> None:
+        if len(event.new) == 5:
+            updated_in.append(threading.current_thread().name)
+            seen.set()
+
+    dash.table.table.param.watch(on_value, "value")
+    with EventWriter(root, attempt=2) as w:
+        w.write(saved(700, "/ck/new.ckpt", 500, attempt=2))
+    assert seen.wait(5), "the table was not updated while the main thread blocked"
+    assert updated_in == [f"ckptdash-watch:{root.name}"]
+
+
+def test_folder_lists_runs_and_selection_switches_the_views(
+    make_run: Callable[..., Path], hub: WatcherHub, wait_until: WaitUntil, tmp_path: Path
+) -> None:
+    """A folder of runs shows the run list; selecting a row shows that run."""
+    make_run("a")
+    make_run("b", evs=[ev(events.RunStarted, 0, scheduler="local"), saved(5, "/ck/x", 5)])
+    d = Dashboard(tmp_path, options=DashOptions(watch="inotify"), hub=hub)
+    try:
+        wait_until(lambda: len(d.model.runs) == 2, what="both runs")
+        assert d.runs._layout.visible
+        assert list(d.runs._table.value["run"]) == ["a", "b"]
+        d.runs._table.selection = [1]
+        assert d.model.selected == str(tmp_path / "b")
+        assert list(d.table.table.value["step"]) == [5]
+    finally:
+        d.close()
+
+
+def test_timeline_draws_attempts_saves_markers_and_margins(scenario: Scenario) -> None:
+    """Bands per attempt, dots coloured by trigger, the signal, the requeue, and one margin bar
+    from the signal to the requeue."""
+    scenario.add(*preempted_run())
+    d = timeline_data(scenario.snapshot())
+    assert len(d["attempts"]["left"]) == 3
+    assert d["checkpoints"]["color"].count(TRIGGER_COLORS["signal"]) == 1
+    assert len(d["signals"]["x"]) == 1
+    assert d["requeues"]["title"] == ["requeue issued"]
+    assert d["margins"]["x0"] == [(T0 + 250) * 1000]
+    assert d["margins"]["x1"] == [(T0 + 254) * 1000]
+    assert all(len(d["progress"]["xs"][i]) >= 1 for i in range(3))
+
+
+def test_text_from_files_is_escaped(scenario: Scenario) -> None:
+    """Reasons and paths come from files anyone could write: they are shown, never run."""
+    scenario.add(
+        ev(events.RunStarted, 0),
+        ev(events.CommandRejected, 1, command_id="x1", reason="<script>alert(1)</script>"),
+    )
+    html = render_commands(scenario.snapshot(), 5)
+    assert "<script>" not in html
+    assert "&lt;script&gt;" in html
+
+
+def test_timeline_without_a_server_redraws_at_once_and_pushes(
+    scenario: Scenario, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Shown in a notebook (a document without a server session), the plot is changed in the
+    publishing thread and pushed over the comm at once: no event loop is needed. Redraws
+    closer than REDRAW_GAP_S apart wait for the next clock tick."""
+    from bokeh.document import Document
+    from bokeh.models import HoverTool
+
+    from ckptdash.dash import timeline as timeline_module
+
+    pushed: list[object] = []
+    monkeypatch.setattr(timeline_module.pn.io, "push_notebook", lambda *o: pushed.extend(o))
+    model = DashModel(path="/runs/exp1")
+    timeline = timeline_module.Timeline(model)
+    assert any(isinstance(t, HoverTool) for t in timeline.figure.tools)
+    doc = Document()  # what a notebook cell renders into: no server session
+    doc.add_root(timeline.__panel__().get_root(doc))
+    scenario.add(*preempted_run())
+    model.publish(scenario.folder(T0 + 620))
+    assert len(timeline.sources["checkpoints"].data["x"]) == 4
+    assert pushed == [timeline.__panel__()]
+    scenario.add(saved(630, "/ck/e.ckpt", 460, attempt=2))
+    model.publish(scenario.folder(T0 + 631))  # within REDRAW_GAP_S: waits
+    assert len(timeline.sources["checkpoints"].data["x"]) == 4
+    monkeypatch.setattr(timeline, "_last_draw", -1e9)  # the gap has passed
+    model.publish(scenario.folder(T0 + 632))  # the next tick draws it
+    assert len(timeline.sources["checkpoints"].data["x"]) == 5
