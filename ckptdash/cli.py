@@ -3,9 +3,11 @@
     ckptdash status RUN_DIR [--json]        the run state (a folder of runs works too)
     ckptdash save RUN_DIR                    Save now (a command to the running job)
     ckptdash stop RUN_DIR --yes              Stop after save
-    ckptdash requeue RUN_DIR --suspend|--resume
+    ckptdash requeue RUN_DIR --suspend|--resume   (mirrored onto the SLURM job when SLURM is here)
+    ckptdash requeue RUN_DIR --hold|--release|--cancel-pending --yes   (a requeued, pending job)
     ckptdash resume RUN_DIR [--pin PATH|--clear]
     ckptdash demo                            a small real run with a preemption
+    ckptdash serve PATH [--port N]           the live dashboard in a browser tab
 
 Every user error is one line on stderr saying what is wrong and how to fix it,
 and exit status 2; never a traceback.
@@ -24,7 +26,7 @@ from typing import Any
 
 import msgspec
 
-from ckptdash import control
+from ckptdash import control, slurm_admin
 from ckptdash.errors import CkptDashError
 from ckptdash.resume import choose_resume, load_state
 from ckptdash.rundir import RunDir, find_runs
@@ -70,6 +72,11 @@ def _parser() -> argparse.ArgumentParser:
     s = sub.add_parser("status", help="print the state of a run (or of every run in a folder)")
     s.add_argument("path", help="a run directory, or a folder of run directories")
     s.add_argument("--json", action="store_true", help="machine-readable output")
+    s.add_argument(
+        "--no-scheduler",
+        action="store_true",
+        help="do not ask SLURM for its view of the run's job (scontrol show job)",
+    )
     s.set_defaults(func=_status)
 
     s = sub.add_parser("save", help="ask the running job to save a checkpoint now")
@@ -83,11 +90,35 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--yes", action="store_true", help="confirm: this ends the training job")
     s.set_defaults(func=_issue, command="stop_after_save")
 
-    s = sub.add_parser("requeue", help="suspend or resume automatic requeue after preemption")
+    s = sub.add_parser(
+        "requeue",
+        help="suspend or resume automatic requeue; hold, release or cancel a requeued job",
+    )
     s.add_argument("run_dir")
     g = s.add_mutually_exclusive_group()
-    g.add_argument("--suspend", action="store_true", help="save on preemption but do not requeue")
-    g.add_argument("--resume", action="store_true", help="requeue after preemption again")
+    g.add_argument(
+        "--suspend",
+        action="store_true",
+        help="save on preemption but do not requeue (also sets Requeue=0 on the SLURM job)",
+    )
+    g.add_argument(
+        "--resume", action="store_true", help="requeue after preemption again (Requeue=1)"
+    )
+    g.add_argument(
+        "--hold", action="store_true", help="keep the requeued, pending job from starting"
+    )
+    g.add_argument("--release", action="store_true", help="let a held job start again")
+    g.add_argument(
+        "--cancel-pending",
+        action="store_true",
+        help="cancel the requeued job while it waits in the queue (needs --yes)",
+    )
+    s.add_argument("--yes", action="store_true", help="confirm --cancel-pending")
+    s.add_argument(
+        "--job",
+        metavar="JOBID",
+        help="the SLURM job (default: the job of the run's latest attempt)",
+    )
     s.set_defaults(func=_requeue)
 
     s = sub.add_parser("resume", help="show or pin the checkpoint the next attempt resumes from")
@@ -106,7 +137,42 @@ def _parser() -> argparse.ArgumentParser:
         "--preempt-every", type=float, default=8.0, help="seconds between preemptions (%(default)s)"
     )
     s.add_argument("--max-preemptions", type=int, default=2, help="default %(default)s")
+    s.add_argument(
+        "--port",
+        type=int,
+        default=5006,
+        help="serve the live dashboard on 127.0.0.1:PORT while it runs; 0 picks a free port"
+        " (%(default)s)",
+    )
+    s.add_argument("--no-serve", action="store_true", help="do not serve the dashboard")
+    s.add_argument(
+        "--exit-when-done",
+        action="store_true",
+        help="end when the training ends (by default the dashboard stays up until Ctrl-C)",
+    )
     s.set_defaults(func=_demo)
+
+    s = sub.add_parser("serve", help="serve the live dashboard (a run or a folder of runs)")
+    s.add_argument("path", help="a run directory, or a folder of run directories")
+    s.add_argument("--port", type=int, default=5006, help="0 picks a free port (%(default)s)")
+    s.add_argument("--address", default="127.0.0.1", help="listen address (%(default)s)")
+    s.add_argument(
+        "--allow-remote",
+        action="store_true",
+        help="allow a non-loopback --address (anyone reaching it can stop the job: add auth)",
+    )
+    s.add_argument(
+        "--basic-auth", metavar="PASSWORD_OR_FILE", help="ask for a password (Panel's basic auth)"
+    )
+    s.add_argument(
+        "--origin", action="append", default=[], metavar="HOST:PORT", help="more page origins"
+    )
+    s.add_argument("--poll", action="store_true", help="poll instead of inotify (NFS, Lustre)")
+    s.add_argument("--inotify", action="store_true", help="use inotify even on a network mount")
+    s.add_argument("--poll-interval", type=float, default=1.0, help="seconds (%(default)s)")
+    s.add_argument("--stale-after", type=float, default=120.0, help="seconds (%(default)s)")
+    s.add_argument("--show", action="store_true", help="open a browser tab")
+    s.set_defaults(func=_serve)
     return p
 
 
@@ -116,23 +182,87 @@ def _parser() -> argparse.ArgumentParser:
 def _status(args: argparse.Namespace) -> int:
     runs = find_runs(args.path)
     states = [load_state(run) for run in runs]
+    views = [None] * len(states) if args.no_scheduler else scheduler_views(states)
     if args.json:
+        dicts = []
+        for state, view in zip(states, views, strict=True):
+            d = state.to_dict()
+            if view is not None:
+                d["scheduler"] = view
+            dicts.append(d)
         out: Any = (
-            states[0].to_dict()
-            if len(states) == 1 and runs[0].root == Path(args.path)
-            else {"runs": [s.to_dict() for s in states]}
+            dicts[0] if len(states) == 1 and runs[0].root == Path(args.path) else {"runs": dicts}
         )
         sys.stdout.write(msgspec.json.format(msgspec.json.encode(out), indent=2).decode() + "\n")
         return 0
-    for i, (run, state) in enumerate(zip(runs, states, strict=True)):
+    for i, (run, state, view) in enumerate(zip(runs, states, views, strict=True)):
         if i:
             print()
-        print(render_status(run, state))
+        print(render_status(run, state, scheduler=view))
     return 0
 
 
-def render_status(run: RunDir, state: RunState, now: float | None = None) -> str:
-    """A readable summary of one run: attempts, checkpoints, signals, requeues, commands."""
+def slurm_job_of(state: RunState) -> str | None:
+    """The SLURM job id of the run's latest attempt that recorded one (array task: ``J_T``)."""
+    for a in sorted(state.attempts.values(), key=lambda a: a.attempt, reverse=True):
+        if a.scheduler == "slurm" and a.job_id:
+            return a.job_id
+    return None
+
+
+def scheduler_views(states: list[RunState]) -> list[dict[str, Any] | None]:
+    """SLURM's view of each run's job for ``status`` (None for a run with no SLURM job).
+
+    ``{"scheduler": "slurm", "job_id", "known": bool, "state", "reason", "held", "requeue",
+    "restarts"}``, or ``{"scheduler", "job_id", "error": "..."}`` when SLURM cannot be asked
+    (then it is not asked again for the other runs: an unreachable controller costs one wait).
+    """
+    out: list[dict[str, Any] | None] = []
+    unavailable: str | None = None
+    for state in states:
+        job = slurm_job_of(state)
+        if job is None:
+            out.append(None)
+            continue
+        base: dict[str, Any] = {"scheduler": "slurm", "job_id": job}
+        if unavailable is not None:
+            out.append({**base, "error": unavailable})
+            continue
+        try:
+            view = slurm_admin.job_view(job)
+        except slurm_admin.SlurmUnavailable as exc:
+            unavailable = str(exc)
+            out.append({**base, "error": unavailable})
+            continue
+        except slurm_admin.SlurmError as exc:
+            out.append({**base, "error": str(exc)})
+            continue
+        if view is None:
+            out.append({**base, "known": False})
+        else:
+            out.append({**base, "known": True, **view.to_dict()})
+    return out
+
+
+def _describe_view(view: dict[str, Any]) -> str:
+    head = f"scheduler: slurm job {view['job_id']}: "
+    if "error" in view:
+        return head + f"unknown here ({view['error']})"
+    if not view.get("known"):
+        return head + "no longer known to SLURM (ended and purged)"
+    return head + slurm_admin.describe(view)
+
+
+def render_status(
+    run: RunDir,
+    state: RunState,
+    now: float | None = None,
+    scheduler: dict[str, Any] | None = None,
+) -> str:
+    """A readable summary of one run: attempts, checkpoints, signals, requeues, commands.
+
+    ``scheduler`` (from :func:`scheduler_views`) adds SLURM's view of the job under the header.
+    """
     now = time.time() if now is None else now
     lines = [f"run {state.run_id}  {run.root}"]
     try:
@@ -143,6 +273,8 @@ def render_status(run: RunDir, state: RunState, now: float | None = None) -> str
         requeue, pin = f"unknown ({exc})", "-"
     choice = choose_resume(run, state=state)
     lines.append(f"requeue: {requeue}   resume pin: {pin}")
+    if scheduler is not None:
+        lines.append(_describe_view(scheduler))
     lines.append(f"next resume: {choice.path or 'fresh start'}  ({choice.reason})")
     lines.append("")
     lines.append(
@@ -264,10 +396,73 @@ def _issue(args: argparse.Namespace) -> int:
 
 def _requeue(args: argparse.Namespace) -> int:
     run = _require_run(args.run_dir)
+    if args.hold or args.release or args.cancel_pending:
+        return _scheduler_control(run, args)
+    if args.yes:
+        raise CkptDashError("--yes only confirms --cancel-pending; leave it out here")
     if args.suspend or args.resume:
         control.update_settings(run, requeue_suspended=bool(args.suspend), author=_author())
     settings = control.read_settings(run)
     print(f"auto-requeue: {'suspended' if settings.requeue_suspended else 'on'} ({run.settings})")
+    if args.suspend or args.resume:
+        _mirror_requeue(run, args.job, allowed=bool(args.resume))
+    return 0
+
+
+def _job_for(run: RunDir, given: str | None) -> str | None:
+    if given:
+        return slurm_admin.check_job_id(given)
+    return slurm_job_of(load_state(run))
+
+
+def _mirror_requeue(run: RunDir, given: str | None, *, allowed: bool) -> None:
+    """Copy the suspend setting onto the SLURM job (Requeue=0/1) when SLURM can be asked."""
+    job = _job_for(run, given)
+    if job is None:
+        return
+    flag = "1" if allowed else "0"
+    try:
+        view = slurm_admin.set_requeue(job, allowed)
+    except slurm_admin.SlurmUnavailable as exc:
+        print(f"slurm job {job}: Requeue={flag} not set: {exc}")
+        return
+    except slurm_admin.SlurmError as exc:
+        what = "on" if allowed else "suspended"
+        raise CkptDashError(
+            f"{exc}; the run's setting is changed (auto-requeue {what}) but the job's Requeue"
+            f" flag is not: retry, or run `scontrol update JobId={job} Requeue={flag}`"
+        ) from None
+    if view is None:
+        print(f"slurm job {job}: no longer known to SLURM; nothing to mirror")
+    elif view.finished:
+        print(f"slurm job {job}: {view.state}; nothing to mirror")
+    else:
+        print(f"slurm job {job}: Requeue={flag} ({view.describe()})")
+
+
+def _scheduler_control(run: RunDir, args: argparse.Namespace) -> int:
+    """--hold / --release / --cancel-pending: act on the job in SLURM's queue."""
+    job = _job_for(run, args.job)
+    if job is None:
+        raise CkptDashError(
+            f"{run.root}: no attempt of this run recorded a SLURM job id; name the job with"
+            " --job JOBID"
+        )
+    if args.cancel_pending and not args.yes:
+        raise CkptDashError(
+            f"slurm job {job}: --cancel-pending cancels the requeued job (the run keeps its"
+            " checkpoints); add --yes to confirm"
+        )
+    if args.hold:
+        view = slurm_admin.hold(job)
+        print(f"slurm job {job}: held ({view.describe()}); `ckptdash requeue {run.root} --release`")
+    elif args.release:
+        view = slurm_admin.release(job)
+        print(f"slurm job {job}: released ({view.describe()})")
+    else:
+        after = slurm_admin.cancel_pending(job)
+        state = after.describe() if after is not None else "gone from the queue"
+        print(f"slurm job {job}: cancelled while pending ({state})")
     return 0
 
 
@@ -299,12 +494,41 @@ def _resume(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     from ckptdash.demo import run_demo
 
+    if not 0 <= args.port <= 65535:
+        raise CkptDashError(f"--port {args.port}: must be 0 (any free port) to 65535")
+
     return run_demo(
         Path(args.run_dir),
         steps=args.steps,
         preempt_every_s=args.preempt_every,
         max_preemptions=args.max_preemptions,
+        port=None if args.no_serve else args.port,
+        exit_when_done=args.exit_when_done,
     )
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from ckptdash.dash.app import DashOptions, ServeOptions, serve
+
+    if args.poll and args.inotify:
+        raise CkptDashError("--poll and --inotify: choose one (or neither: detected per mount)")
+    serve(
+        args.path,
+        ServeOptions(
+            address=args.address,
+            port=args.port,
+            allow_remote=args.allow_remote,
+            basic_auth=args.basic_auth,
+            origins=tuple(args.origin),
+            show=args.show,
+        ),
+        DashOptions(
+            watch="poll" if args.poll else "inotify" if args.inotify else "auto",
+            poll_interval_s=args.poll_interval,
+            stale_after_s=args.stale_after,
+        ),
+    )
+    return 0
 
 
 if __name__ == "__main__":  # pragma: no cover

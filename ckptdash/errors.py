@@ -6,7 +6,8 @@
     ├── ControlError           a command or the settings file cannot be written or read
     │   └── MalformedControlFile   a command/settings file on disk does not parse
     │       └── UnreadableControlFile  it could not be read (permissions); may work later
-    └── AtomicWriteError       an atomic write could not complete (the old file is intact)
+    ├── AtomicWriteError       an atomic write could not complete (the old file is intact)
+    └── EventWriteError        an event could not be appended (disk full, permissions, I/O)
 
 Messages name the file or value that is wrong and say how to fix it, because
 they are usually read by someone on a login node who did not write the code.
@@ -41,3 +42,11 @@ class UnreadableControlFile(MalformedControlFile):
 
 class AtomicWriteError(CkptDashError, OSError):
     """An atomic write failed; the previous file of that name is untouched."""
+
+
+class EventWriteError(CkptDashError, OSError):
+    """An event could not be written to the log (disk full, permissions, I/O error).
+
+    The log stays readable: a partly written line is cut back, so the next event
+    starts on a line of its own. The action the event describes is not recorded.
+    """

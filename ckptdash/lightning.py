@@ -101,6 +101,19 @@ class RecordingCheckpointIO(CheckpointIO):
         self.inner.teardown()
 
 
+def _flush_async(io: Any) -> None:
+    """Wait for the saves an AsyncCheckpointIO queued; re-raise a failed one."""
+    if not isinstance(io, _TaggingCheckpointIO):
+        return
+    inner = io.inner
+    executor = getattr(inner, "_executor", None)
+    if executor is not None:
+        executor.submit(lambda: None).result()  # one worker, in order: queued saves are done
+    error = getattr(inner, "_error", None)
+    if error is not None:
+        raise error
+
+
 class _TaggingCheckpointIO(RecordingCheckpointIO):
     """Outside an AsyncCheckpointIO: stamps the trigger on the caller's thread, then queues."""
 
@@ -236,6 +249,9 @@ class CkptDashCallback(pl.Callback):
         with self._saving(decision.trigger):
             try:
                 trainer.save_checkpoint(path)
+                # With AsyncCheckpointIO the save is only queued: wait until it is written
+                # before answering commands or requeueing (SLURM kills the job right after).
+                _flush_async(trainer.strategy.checkpoint_io)
             except Exception as exc:
                 session.save_failed(exc)
                 raise
@@ -249,9 +265,19 @@ class CkptDashCallback(pl.Callback):
             self.session.record_exception(exception)
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
-        if self.session is not None:
-            self.session.heartbeat(trainer.callback_metrics)
-            self.session.signals.uninstall()
+        session = self.session
+        if session is None:
+            return
+        session.heartbeat(trainer.callback_metrics)
+        if session.stop_reason is not None:
+            # ckptdash ended training (a signal or a command). After a requeue SLURM's SIGTERM
+            # follows within milliseconds, and Lightning's teardown restores the default
+            # SIGTERM action before callbacks' teardown runs: record the end now.
+            with contextlib.suppress(Exception):  # a failed async save is already an event
+                _flush_async(trainer.strategy.checkpoint_io)
+            session.close()
+        else:
+            session.signals.uninstall()
 
     def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
         if stage != "fit" or self.session is None:

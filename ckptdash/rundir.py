@@ -156,16 +156,31 @@ def atomic_write(
     except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
-        if isinstance(exc, OSError) and not isinstance(exc, AtomicWriteError):
+        # A serializer may hide the OSError (torch.save turns a full disk into a
+        # RuntimeError about zip positions): report the filesystem's own reason.
+        cause = _os_error_in(exc) if isinstance(exc, Exception) else None
+        if cause is not None and not isinstance(exc, AtomicWriteError):
             raise AtomicWriteError(
-                exc.errno,
-                f"writing {path} failed ({exc.strerror}); the previous file is intact",
+                cause.errno,
+                f"writing {path} failed ({cause.strerror or cause}); the previous file is intact",
                 str(path),
             ) from exc
         raise
     if fsync:
         fsync_dir(path.parent)
     return WriteResult(path, writer.size, writer.checksum)
+
+
+def _os_error_in(exc: BaseException) -> OSError | None:
+    """``exc`` if it is an OSError, else the first OSError it was raised from or during."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, OSError):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
 
 
 def create_exclusive(target: Path, data: bytes, *, mode: int = 0o644) -> bool:

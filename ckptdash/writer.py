@@ -9,6 +9,12 @@ Events in :data:`ckptdash.events.DURABLE_KINDS` are fsync'ed before
 :meth:`EventWriter.write` returns — the action they describe counts as done
 only then. Heartbeats and other chatter are flushed to the OS but not
 fsync'ed, which keeps them cheap.
+
+A write that fails (disk full, quota, I/O error) raises
+:class:`~ckptdash.errors.EventWriteError` naming the file and the cause, and
+never leaves half a line in the middle of the log: a partial write is cut
+back to the end of the previous line (or, if even that fails, the next event
+starts on a fresh line, so only the fragment reads as one corrupt line).
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from typing import Any
 
 import msgspec
 
-from ckptdash.errors import RunDirError
+from ckptdash.errors import EventWriteError, RunDirError
 from ckptdash.events import DURABLE_KINDS, EMPTY_METRICS, Event, Heartbeat, encode, encode_metrics
 from ckptdash.rundir import EVENT_SUFFIX, RunDir
 
@@ -48,14 +54,16 @@ class EventWriter:
         self.rank = rank
         try:
             self.run_id = self.run_dir.ensure().run_id
-        except PermissionError as exc:
+        except OSError as exc:  # permissions, a read-only filesystem, a full disk
             raise RunDirError(
-                f"{self.run_dir.root}: cannot create the run directory ({exc.strerror});"
+                f"{self.run_dir.root}: cannot set up the run directory ({exc.strerror});"
                 " pick a run_dir you can write to"
             ) from None
         self.path, fd = self._create()
         self._lock = threading.Lock()
         self._fd: int | None = fd
+        self._size = 0  # bytes of whole lines in our file (we are its only writer)
+        self._torn = False  # a failed write left a fragment we could not cut back
 
     def _create(self) -> tuple[Path, int]:
         # O_EXCL guarantees a single writer per file; a second writer of the same attempt
@@ -69,6 +77,12 @@ class EventWriter:
                 return path, os.open(path, flags, 0o644)
             except FileExistsError:
                 continue
+            except OSError as exc:
+                raise RunDirError(
+                    f"{path}: cannot create the event file ({exc.strerror}); the training side"
+                    f" must be able to write to {self.run_dir.events}: pick a run_dir you can"
+                    " write to, or fix its permissions"
+                ) from None
         raise RunDirError(f"{self.run_dir.events}: 1000 event files named {base}; clean up the run")
 
     def write(self, event: Event) -> None:
@@ -81,9 +95,41 @@ class EventWriter:
         with self._lock:
             if self._fd is None:
                 raise ValueError(f"{self.path}: the event writer is closed")
-            _write_all(self._fd, line)
+            data = b"\n" + line if self._torn else line
+            try:
+                _write_all(self._fd, data)
+            except OSError as exc:
+                self._cut_back()
+                raise EventWriteError(
+                    exc.errno,
+                    f"cannot write a {event.KIND} event ({exc.strerror}); the log is intact up"
+                    f" to the previous event. Free space on, or fix the permissions of,"
+                    f" {self.path.parent}: until then nothing this job does is recorded",
+                    str(self.path),
+                ) from exc
+            if self._torn:  # the fragment before our newline counts too
+                self._size, self._torn = os.fstat(self._fd).st_size, False
+            else:
+                self._size += len(data)
             if event.KIND in DURABLE_KINDS:
-                os.fsync(self._fd)
+                try:
+                    os.fsync(self._fd)
+                except OSError as exc:
+                    raise EventWriteError(
+                        exc.errno,
+                        f"a {event.KIND} event was written but could not be made durable"
+                        f" ({exc.strerror}); check the filesystem of {self.path.parent}",
+                        str(self.path),
+                    ) from exc
+
+    def _cut_back(self) -> None:
+        """Remove the fragment a failed write may have left after the last whole line."""
+        assert self._fd is not None
+        try:
+            if os.fstat(self._fd).st_size != self._size:
+                os.ftruncate(self._fd, self._size)
+        except OSError:
+            self._torn = True  # the next line starts with a newline: the fragment stands alone
 
     def emit(self, kind: type[Event], *, step: int | None = None, **fields: Any) -> Event:
         """Build an event of ``kind`` with this writer's envelope, write it and return it."""

@@ -67,6 +67,11 @@ class TrainConfig:
     resume: bool = True
     """Apply the resume rule automatically when the user gives no checkpoint path."""
 
+    stale_after_s: float = 600.0
+    """Another job's attempt that never recorded its end counts as still running while its
+    last event is newer than this (on the same host its process id decides instead); a job
+    refuses to start on a run directory such an attempt is using. 0: only the process test."""
+
     def __post_init__(self) -> None:
         for name, action in self.signals.items():
             try:
@@ -87,6 +92,8 @@ class TrainConfig:
         for name in ("poll_interval_s", "agree_interval_s", "heartbeat_interval_s"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"TrainConfig.{name} = {getattr(self, name)}: must be > 0")
+        if self.stale_after_s < 0:
+            raise ConfigError(f"TrainConfig.stale_after_s = {self.stale_after_s}: must be >= 0")
         if self.validate not in ("checksum", "size"):
             raise ConfigError(f"TrainConfig.validate = {self.validate!r}: use 'checksum' or 'size'")
 

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
+from ckptdash.errors import EventWriteError
 from ckptdash.events import CheckpointFailed, CheckpointSaved, CheckpointStarted, Trigger
 from ckptdash.rundir import atomic_write, checksum_file, fsync_dir
 from ckptdash.writer import EventWriter
@@ -42,7 +44,9 @@ def record_save(
     """Run ``write`` (returns size and checksum) between a started and a saved/failed event.
 
     Without a writer (ranks other than 0 when they write no events) the save just runs.
-    Re-raises the write's error after recording ``checkpoint_failed``.
+    Re-raises the write's error after recording ``checkpoint_failed`` (if even that
+    cannot be written, e.g. on a full disk, a warning says so and the write's own
+    error is raised).
     """
     spath = os.fspath(path)
     if writer is not None:
@@ -52,9 +56,16 @@ def record_save(
         size, checksum = write()
     except BaseException as exc:
         if writer is not None:
-            writer.emit(
-                CheckpointFailed, step=step, path=spath, trigger=trigger, error=_describe(exc)
-            )
+            try:
+                writer.emit(
+                    CheckpointFailed, step=step, path=spath, trigger=trigger, error=_describe(exc)
+                )
+            except EventWriteError as log_exc:  # the same full disk: keep the save's own error
+                warnings.warn(
+                    f"ckptdash: the failed save of {spath} could not be recorded: {log_exc}",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
         raise
     duration = time.perf_counter() - began
     if writer is None:

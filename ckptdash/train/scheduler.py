@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import subprocess
 import time
 from collections.abc import Mapping
@@ -158,11 +159,23 @@ def detect(
     return Scheduler(env)
 
 
+# A requeue makes SLURM send SIGTERM to every process of the job, this command included,
+# which may still be finishing (the requeue done, its reply on the way): killed, it would turn
+# a successful requeue into a reported failure (measured: `scontrol requeue` exit -15). So it
+# runs with SIGTERM ignored, which exec keeps; SLURM's SIGKILL after KillWait still ends it.
+_IGNORE_SIGTERM = ["/bin/sh", "-c", 'trap "" TERM; exec "$@"', "sh"]
+
+
 def run_command(argv: list[str], timeout_s: float = 60.0) -> RequeueResult:
-    """Run a requeue command; never raises, the result says what happened."""
+    """Run a requeue command (SIGTERM ignored); never raises, the result says what happened."""
     text = shlex.join(argv)
+    if shutil.which(argv[0]) is None:
+        return RequeueResult(False, text, None, f"{argv[0]}: command not found on PATH")
+    launch = _IGNORE_SIGTERM + argv if os.path.exists(_IGNORE_SIGTERM[0]) else argv
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False)
+        proc = subprocess.run(
+            launch, capture_output=True, text=True, timeout=timeout_s, check=False
+        )
     except FileNotFoundError:
         return RequeueResult(False, text, None, f"{argv[0]}: command not found on PATH")
     except subprocess.TimeoutExpired:

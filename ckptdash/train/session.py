@@ -52,6 +52,8 @@ from ckptdash.resume import ResumeChoice, choose_resume
 from ckptdash.rundir import RunDir
 from ckptdash.train import dist
 from ckptdash.train.config import ConfigError, TrainConfig
+from ckptdash.train.guard import RunGuard
+from ckptdash.train.recovery import recover
 from ckptdash.train.scheduler import Scheduler, detect
 from ckptdash.train.signals import SignalRecorder
 from ckptdash.writer import EventWriter
@@ -167,13 +169,19 @@ class Session:
     # --- lifecycle -----------------------------------------------------------------------
 
     def start(self, *, max_steps: int | None = None, install_signals: bool = True) -> None:
-        """Record the attempt, answer commands orphaned by a crashed attempt, install handlers."""
+        """Record the attempt, settle what a crashed attempt left, install handlers.
+
+        Raises :class:`~ckptdash.errors.RunDirError` on every rank when another live
+        job uses the run directory (see :mod:`ckptdash.train.guard`).
+        """
         if self._started:
             return
         self._started = True
         self._max_steps = max_steps
+        run_guard = RunGuard(self)
+        started = None
         if self.rank == 0:
-            self.writer.emit(
+            started = self.writer.emit(
                 RunStarted,
                 scheduler=self.scheduler.name,
                 job_id=self.scheduler.job_id,
@@ -182,14 +190,9 @@ class Session:
                 max_steps=max_steps,
                 requeue_budget=self.config.max_attempts,
             )
-            for orphan in control.orphans(self.run):
-                self.writer.emit(
-                    CommandExpired,
-                    command_id=orphan.id,
-                    command=orphan.command_name,
-                    reason="claimed by an attempt that ended before answering it",
-                )
-                control.complete(self.run, orphan)
+        run_guard.confirm(started)
+        if self.rank == 0 and started is not None and run_guard.view is not None:
+            recover(self, run_guard.view, started.t)  # orphaned commands, interrupted saves
         if install_signals:
             self.signals.install()
         self._last_check_time = time.monotonic()
@@ -215,7 +218,6 @@ class Session:
         if self._closed:
             return
         self._closed = True
-        self.signals.uninstall()
         if self.rank == 0:
             for claimed in self._in_flight + self._pending.commands:
                 self._answer(
@@ -227,12 +229,17 @@ class Session:
                 )
             else:
                 self.writer.emit(RunFinished, step=self.step, reason=self.stop_reason or reason)
+        # Only now: a SIGTERM while the outcome is written (SLURM's, right after a requeue)
+        # is recorded by our handler instead of ending the process first.
+        self.signals.uninstall()
         if self._writer is not None:
             # Stays open: a user's trainer.save_checkpoint() after fit() is still recorded.
             self._writer.sync()
 
     def record_exception(self, exc: BaseException) -> None:
         """Record an exception that escaped training (before any exception save)."""
+        if self._closed:
+            return  # e.g. refused to start: this session writes nothing more
         self.writer.emit(
             ExceptionRaised,
             step=self.step,

@@ -194,3 +194,54 @@ def test_async_checkpoint_io_is_recorded_when_written(tmp_path: Path) -> None:
     for path, size in seen:
         assert state.checkpoints[path].size_bytes == size
         assert state.checkpoints[path].trigger == "periodic"
+
+
+def test_async_signal_save_is_durable_before_the_requeue(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With AsyncCheckpointIO a signal save is written and recorded before `scontrol requeue`
+    runs: on SLURM the requeue's SIGTERM follows within milliseconds, so a save still queued
+    then would be lost (and the next attempt would resume from an older checkpoint)."""
+    import threading
+
+    from lightning.pytorch.plugins.io import AsyncCheckpointIO, TorchCheckpointIO
+
+    class SlowIO(TorchCheckpointIO):  # type: ignore[misc]
+        def save_checkpoint(self, *args: Any, **kwargs: Any) -> None:
+            threading.Event().wait(0.3)
+            super().save_checkpoint(*args, **kwargs)
+
+    run = tmp_path / "run"
+    fake_scontrol(tmp_path / "bin", tmp_path / "log")
+    slurm_env(monkeypatch, tmp_path / "bin")
+    t = trainer(run, 40, [callback(run)], plugins=[AsyncCheckpointIO(SlowIO())])
+    t.fit(Tiny(signal_at=5))
+    state = state_of(run)
+    (saved,) = [c for c in state.checkpoints.values() if c.trigger == "signal"]
+    (requeue,) = state.requeues
+    assert requeue.issued
+    assert saved.t is not None
+    assert saved.t < requeue.t
+
+
+def test_signal_stop_is_recorded_before_lightning_restores_sigterm(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a signal save and requeue, run_finished is durable before Lightning's teardown
+    puts back the default SIGTERM action: SLURM's SIGTERM right after the requeue can end the
+    process from then on, but the attempt is already recorded as stopped (preempted)."""
+    run = tmp_path / "run"
+    fake_scontrol(tmp_path / "bin", tmp_path / "log")
+    slurm_env(monkeypatch, tmp_path / "bin")
+    seen: list[tuple[object, list[str]]] = []
+
+    class Probe(L.Callback):  # type: ignore[misc,name-defined]
+        def on_fit_end(self, trainer: Any, pl_module: Any) -> None:
+            # Lightning's _teardown() (which restores SIGTERM) has run by now.
+            outcomes = [a.outcome for a in state_of(run).attempts.values()]
+            seen.append((signal.getsignal(signal.SIGTERM), outcomes))
+
+    trainer(run, 40, [callback(run), Probe()]).fit(Tiny(signal_at=5))
+    ((handler, outcomes),) = seen
+    assert handler is signal.SIG_DFL
+    assert outcomes == ["stopped"]

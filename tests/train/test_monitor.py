@@ -93,6 +93,20 @@ def test_failed_requeue_command_is_an_event(
     assert "requeue refused" in skip.reason
 
 
+def test_requeue_command_survives_the_sigterm_its_requeue_causes() -> None:
+    """On SLURM a requeue sends SIGTERM to every process of the job, the still-running
+    `scontrol requeue` included: the command runs with SIGTERM ignored, so a requeue that
+    worked is not reported as failed (exit -15, seen on a real cluster)."""
+    import sys
+
+    from ckptdash.train.scheduler import run_command
+
+    code = "import os, signal; os.kill(os.getpid(), signal.SIGTERM); print('done')"
+    result = run_command([sys.executable, "-c", code])
+    assert (result.ok, result.returncode, result.output) == (True, 0, "done")
+    assert result.command.startswith(sys.executable)  # recorded as given, without the wrapper
+
+
 def test_sigterm_saves_and_exits_without_requeue(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

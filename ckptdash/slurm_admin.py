@@ -1,0 +1,333 @@
+"""SLURM's side of a run, from the login node: the scheduler's view of the job, and the
+controls only the scheduler can carry out.
+
+Once a job has been requeued it waits in the queue, and no training process exists to read
+the run directory's control channel. Where SLURM's client commands work (the login node the
+dashboard and the CLI run on), these functions ask SLURM directly:
+
+* :func:`job_view` — state, reason, hold, requeue flag and restart count of one job
+  (``scontrol show job -o``); ``None`` once SLURM has forgotten the job;
+* :func:`hold` / :func:`release` — keep a pending (requeued) job from starting, or let it go
+  (``scontrol hold`` / ``scontrol release``);
+* :func:`cancel_pending` — cancel the job only while it waits in the queue
+  (``scancel --state=PENDING``), never a running one;
+* :func:`set_requeue` — mirror ckptdash's *requeue suspended* onto the job
+  (``scontrol update JobId=J Requeue=0``; ``Requeue=1`` undoes it), so that a preemption that
+  kills the job without a usable signal does not requeue it either: SLURM then refuses
+  ``scontrol requeue`` with "Requested operation is presently disabled".
+
+Job ids are SLURM's: ``12345``, or ``12345_7`` for one array task (as ckptdash records them).
+Every failure raises :class:`SlurmError` with one line naming the job and the fix;
+:class:`SlurmUnavailable` means SLURM's commands cannot be used from here at all (not
+installed, no configuration, controller unreachable) — callers treat that as "no scheduler
+view", not as a broken job.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ckptdash.errors import CkptDashError
+
+TIMEOUT_S = 10.0
+"""How long one SLURM command may take before it counts as unavailable."""
+
+SETTLE_S = 60.0
+"""How long :func:`hold` and :func:`cancel_pending` wait for a job that is being requeued
+(COMPLETING: its processes are ending, at most SLURM's KillWait) to reach the queue."""
+
+_TRANSIENT = frozenset({"COMPLETING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED"})
+
+FINISHED_STATES = frozenset(
+    {
+        "BOOT_FAIL",
+        "CANCELLED",
+        "COMPLETED",
+        "DEADLINE",
+        "FAILED",
+        "NODE_FAIL",
+        "OUT_OF_MEMORY",
+        "PREEMPTED",
+        "REVOKED",
+        "SPECIAL_EXIT",
+        "TIMEOUT",
+    }
+)
+HOLD_REASONS = frozenset({"JobHeldUser", "JobHeldAdmin"})
+
+# What scontrol/scancel print when they cannot talk to SLURM at all.
+_UNAVAILABLE = (
+    "Could not establish a configuration source",
+    "Unable to process configuration file",
+    "Unable to contact slurm controller",
+    "Zero Bytes were transmitted or received",
+    "Socket timed out",
+    "Munge encode failed",
+    "Invalid authentication credential",
+)
+_UNKNOWN_JOB = "Invalid job id specified"
+_JOB_ID = re.compile(r"^\d+(_\d+)?$")
+_KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_:/]*)=")
+
+Runner = Callable[[Sequence[str], float], tuple[int, str]]
+"""Runs argv with a timeout; returns (exit status, stdout+stderr). Raises OSError if absent."""
+
+
+class SlurmError(CkptDashError):
+    """A SLURM command about one job failed or does not apply; the message says what to do."""
+
+
+class SlurmUnavailable(SlurmError):
+    """SLURM's client commands cannot be used from this machine."""
+
+
+@dataclass(frozen=True)
+class JobView:
+    """What SLURM says about one job right now."""
+
+    job_id: str
+    state: str
+    reason: str
+    requeue: bool | None
+    restarts: int | None
+    fields: dict[str, str] = field(default_factory=dict, repr=False)
+
+    @property
+    def pending(self) -> bool:
+        return self.state == "PENDING"
+
+    @property
+    def running(self) -> bool:
+        """Neither waiting in the queue nor ended (RUNNING, SIGNALING, COMPLETING, ...)."""
+        return not self.pending and not self.finished
+
+    @property
+    def finished(self) -> bool:
+        return self.state in FINISHED_STATES
+
+    @property
+    def held(self) -> bool:
+        """Pending with a user or admin hold (``scontrol hold``; released by ``release``)."""
+        return self.pending and self.reason in HOLD_REASONS
+
+    def describe(self) -> str:
+        """One line: ``PENDING (JobHeldAdmin), held, requeue on, restarts 1``."""
+        return describe(self.to_dict())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "job_id": self.job_id,
+            "state": self.state,
+            "reason": self.reason,
+            "held": self.held,
+            "requeue": self.requeue,
+            "restarts": self.restarts,
+        }
+
+
+def describe(view: dict[str, Any]) -> str:
+    """One line for a :meth:`JobView.to_dict`: ``PENDING (JobHeldAdmin), held, requeue on``."""
+    reason = view.get("reason") or ""
+    parts = [str(view.get("state")) + (f" ({reason})" if reason not in ("", "None") else "")]
+    if view.get("held"):
+        parts.append("held")
+    if view.get("requeue") is not None:
+        parts.append("requeue " + ("on" if view["requeue"] else "off (Requeue=0)"))
+    if view.get("restarts") is not None:
+        parts.append(f"restarts {view['restarts']}")
+    return ", ".join(parts)
+
+
+def parse_show_job(text: str) -> dict[str, str]:
+    """The ``Key=Value`` fields of one ``scontrol show job -o`` line (values may hold ``=``)."""
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    keys = list(_KEY.finditer(line))
+    out: dict[str, str] = {}
+    for i, m in enumerate(keys):
+        end = keys[i + 1].start() if i + 1 < len(keys) else len(line)
+        out.setdefault(m.group(1), line[m.end() : end].strip())
+    return out
+
+
+def check_job_id(job_id: str) -> str:
+    """``job_id`` if it looks like a SLURM job id (``123`` or ``123_4``); else SlurmError."""
+    text = str(job_id).strip()
+    if not _JOB_ID.match(text):
+        raise SlurmError(
+            f"{job_id!r} is not a SLURM job id; use a number such as 12345, or 12345_7 for an"
+            " array task"
+        )
+    return text
+
+
+def available(runner: Runner | None = None) -> bool:
+    """Whether ``scontrol`` exists here (it may still fail to reach a controller)."""
+    return runner is not None or shutil.which("scontrol") is not None
+
+
+def job_view(job_id: str, *, runner: Runner | None = None) -> JobView | None:
+    """SLURM's view of ``job_id``; None when SLURM does not know it (finished and purged)."""
+    job = check_job_id(job_id)
+    rc, out = _call(["scontrol", "show", "job", "-o", job], runner)
+    if rc != 0:
+        if _UNKNOWN_JOB in out:
+            return None
+        raise SlurmError(
+            f"slurm job {job}: `scontrol show job {job}` failed (exit {rc}): {_tail(out)}"
+        )
+    fields = parse_show_job(out)
+    if "JobState" not in fields:
+        raise SlurmError(f"slurm job {job}: `scontrol show job` printed no JobState: {_tail(out)}")
+    requeue = fields.get("Requeue")
+    restarts = fields.get("Restarts", "")
+    return JobView(
+        job_id=job,
+        state=fields["JobState"],
+        reason=fields.get("Reason", ""),
+        requeue=None if requeue not in ("0", "1") else requeue == "1",
+        restarts=int(restarts) if restarts.isdigit() else None,
+        fields=fields,
+    )
+
+
+def hold(job_id: str, *, runner: Runner | None = None) -> JobView:
+    """Hold a pending job (e.g. requeued and waiting) so it does not start; see :func:`release`.
+
+    A job still being requeued (COMPLETING) is waited for, up to :data:`SETTLE_S`.
+    """
+    view = _settled(job_id, runner, "hold")
+    if view.held:
+        return view
+    if not view.pending:
+        raise SlurmError(
+            f"slurm job {view.job_id} is {view.state}: only a job waiting in the queue can be"
+            " held; to keep a running job from being requeued use `ckptdash requeue RUN_DIR"
+            " --suspend`"
+        )
+    _must(["scontrol", "hold", view.job_id], runner, view.job_id)
+    return _known(view.job_id, runner, "hold")
+
+
+def release(job_id: str, *, runner: Runner | None = None) -> JobView:
+    """Release a held job: it is scheduled again (a job that is not held is left alone)."""
+    view = _known(job_id, runner, "release")
+    if not view.held:
+        return view
+    _must(["scontrol", "release", view.job_id], runner, view.job_id)
+    return _known(view.job_id, runner, "release")
+
+
+def cancel_pending(job_id: str, *, runner: Runner | None = None) -> JobView | None:
+    """Cancel the job if, and only if, it is waiting in the queue (held or not).
+
+    A job still being requeued (COMPLETING) is waited for, up to :data:`SETTLE_S`.
+    """
+    view = _settled(job_id, runner, "cancel")
+    if not view.pending:
+        raise SlurmError(
+            f"slurm job {view.job_id} is {view.state}: --cancel-pending only cancels a job"
+            " waiting in the queue; stop a running one with `ckptdash stop RUN_DIR --yes`"
+            " (it saves first)"
+        )
+    # --state=PENDING: SLURM itself refuses if the job started since we looked.
+    _must(["scancel", "--state=PENDING", view.job_id], runner, view.job_id)
+    after = job_view(view.job_id, runner=runner)
+    if after is not None and not after.finished:
+        raise SlurmError(
+            f"slurm job {view.job_id} is {after.state} after `scancel --state=PENDING`: it"
+            " started before the cancel arrived; stop it with `ckptdash stop RUN_DIR --yes`"
+        )
+    return after
+
+
+def set_requeue(job_id: str, allowed: bool, *, runner: Runner | None = None) -> JobView | None:
+    """Set the job's Requeue flag; None (nothing done) when SLURM no longer knows the job.
+
+    A finished job is left alone. ``allowed=False`` makes SLURM refuse to requeue the job,
+    whoever asks (ckptdash, an operator, a preemption).
+    """
+    view = job_view(job_id, runner=runner)
+    if view is None or view.finished:
+        return view
+    if view.requeue is allowed:
+        return view
+    flag = "1" if allowed else "0"
+    _must(["scontrol", "update", f"JobId={view.job_id}", f"Requeue={flag}"], runner, view.job_id)
+    return job_view(view.job_id, runner=runner)
+
+
+# --- running commands ------------------------------------------------------------------------
+
+
+def _known(job_id: str, runner: Runner | None, what: str) -> JobView:
+    view = job_view(job_id, runner=runner)
+    if view is None:
+        raise SlurmError(
+            f"slurm job {check_job_id(job_id)}: SLURM does not know this job (it ended and was"
+            f" purged, or the id is wrong); nothing to {what}. `squeue --me` lists your jobs"
+        )
+    return view
+
+
+def _settled(job_id: str, runner: Runner | None, what: str) -> JobView:
+    """The job's view once it is out of a transition (a requeued job's processes ending)."""
+    deadline = time.monotonic() + SETTLE_S
+    view = _known(job_id, runner, what)
+    while view.state in _TRANSIENT and time.monotonic() < deadline:
+        _sleep(0.25)
+        view = _known(job_id, runner, what)
+    return view
+
+
+def _sleep(seconds: float) -> None:
+    time.sleep(seconds)
+
+
+def _must(argv: list[str], runner: Runner | None, job: str) -> str:
+    rc, out = _call(argv, runner)
+    if rc != 0:
+        raise SlurmError(f"slurm job {job}: `{shlex.join(argv)}` failed (exit {rc}): {_tail(out)}")
+    return out
+
+
+def _call(argv: list[str], runner: Runner | None) -> tuple[int, str]:
+    run = runner or _subprocess_runner
+    try:
+        rc, out = run(argv, TIMEOUT_S)
+    except FileNotFoundError:
+        raise SlurmUnavailable(
+            f"{argv[0]} is not on PATH: SLURM's client commands are needed for the scheduler's"
+            " view (run this on a login node of the cluster)"
+        ) from None
+    except subprocess.TimeoutExpired:
+        raise SlurmUnavailable(
+            f"`{shlex.join(argv)}` took more than {TIMEOUT_S:.0f} s: the SLURM controller does"
+            " not answer; try again, or check `scontrol ping`"
+        ) from None
+    except OSError as exc:
+        raise SlurmUnavailable(f"{argv[0]}: cannot run it: {exc.strerror or exc}") from None
+    if rc != 0 and any(marker in out for marker in _UNAVAILABLE):
+        raise SlurmUnavailable(
+            f"`{shlex.join(argv)}` cannot reach SLURM: {_tail(out)} (set SLURM_CONF or run this"
+            " on a login node of the cluster)"
+        )
+    return rc, out
+
+
+def _subprocess_runner(argv: Sequence[str], timeout_s: float) -> tuple[int, str]:
+    proc = subprocess.run(
+        list(argv), capture_output=True, text=True, timeout=timeout_s, check=False
+    )
+    return proc.returncode, (proc.stdout + proc.stderr).strip()
+
+
+def _tail(out: str) -> str:
+    lines = [line.strip() for line in out.strip().splitlines() if line.strip()]
+    return (lines[-1] if lines else "no output")[-300:]

@@ -1,0 +1,426 @@
+"""The login-node SLURM helper and its CLI: job view, hold/release/cancel, Requeue mirroring.
+
+A fake ``scontrol``/``scancel`` on PATH keeps a small job table in a JSON file and behaves
+like SLURM 22.05 does for these commands (messages and exit status as measured on a real
+cluster, see tests/slurm); every call is appended to a log the tests read.
+"""
+
+from __future__ import annotations
+
+import json
+import stat
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ckptdash import control, events, slurm_admin
+from ckptdash.cli import main
+from ckptdash.writer import EventWriter
+
+REAL_LINE = (
+    "JobId=12 JobName=train UserId=root(0) GroupId=root(0) MCS_label=N/A Priority=0 Nice=0"
+    " Account=(null) QOS=(null) JobState=PENDING Reason=JobHeldAdmin Dependency=(null)"
+    " Requeue=1 Restarts=1 BatchFlag=1 Reboot=0 ExitCode=0:0 RunTime=00:00:00"
+    " TimeLimit=365-00:00:00 AllocNode:Sid=localhost:12746 NumCPUs=1 CPUs/Task=1"
+    " ReqB:S:C:T=0:0:*:* TRES=cpu=1,node=1,billing=1 Socks/Node=* Command=/tmp/j.sh"
+    " WorkDir=/tmp StdOut=/tmp/j-12.out Power="
+)
+
+FAKE = r'''#!@PYTHON@
+"""Fake scontrol/scancel over a JSON job table: {job: {JobState, Reason, Requeue, Restarts}}."""
+import json, os, sys
+from pathlib import Path
+
+table_path, log = Path(@TABLE@), Path(@LOG@)
+name, args = os.path.basename(sys.argv[0]), sys.argv[1:]
+with log.open("a") as f:
+    f.write(" ".join([name, *args]) + "\n")
+table = json.loads(table_path.read_text())
+if table.get("_unavailable"):
+    print(f"{name}: fatal: Could not establish a configuration source", file=sys.stderr)
+    sys.exit(1)
+
+def save():
+    table_path.write_text(json.dumps(table))
+
+def job_or_die(job, verb="slurm_load_jobs error"):
+    if job not in table:
+        print(f"{verb}: Invalid job id specified", file=sys.stderr)
+        sys.exit(1)
+    return table[job]
+
+if name == "scancel":
+    job = args[-1]
+    j = job_or_die(job, "scancel: error: Kill job error on job id " + job)
+    if "--state=PENDING" in args and j["JobState"] != "PENDING":
+        sys.exit(0)  # filtered out, silently, like scancel --state
+    j["JobState"], j["Reason"] = "CANCELLED", "None"
+    save()
+    sys.exit(0)
+
+if args[:2] == ["show", "job"]:
+    j = job_or_die(args[-1])
+    # A job being requeued is COMPLETING for a few looks, then PENDING.
+    if j["JobState"] == "COMPLETING" and j.get("settle", 0) > 0:
+        j["settle"] -= 1
+        if j["settle"] == 0:
+            j["JobState"], j["Reason"] = "PENDING", "BeginTime"
+        save()
+    print(
+        f"JobId={args[-1]} JobName=train JobState={j['JobState']} Reason={j['Reason']}"
+        f" Dependency=(null) Requeue={j['Requeue']} Restarts={j['Restarts']} BatchFlag=1"
+    )
+    sys.exit(0)
+if args[0] in ("hold", "release"):
+    j = job_or_die(args[1], "slurm_suspend error")
+    if args[0] == "hold":
+        if j["JobState"] != "PENDING":
+            print("Job is no longer pending execution for job " + args[1], file=sys.stderr)
+            sys.exit(1)
+        j["Reason"] = "JobHeldAdmin"
+    else:
+        j["Reason"] = "None"
+    save()
+    sys.exit(0)
+if args[0] == "update":
+    job = args[1].split("=", 1)[1]
+    j = job_or_die(job)
+    if table.get("_update_fails"):
+        print("slurm_update error: Access/permission denied", file=sys.stderr)
+        sys.exit(1)
+    if j["JobState"] in ("COMPLETED", "CANCELLED"):
+        print("Job has already finished for job " + job, file=sys.stderr)
+        sys.exit(1)
+    j["Requeue"] = args[2].split("=", 1)[1]
+    save()
+    sys.exit(0)
+print("unexpected call: " + " ".join(args), file=sys.stderr)
+sys.exit(99)
+'''
+
+
+class FakeSlurm:
+    """The fake's job table and call log."""
+
+    def __init__(self, root: Path) -> None:
+        self.bin = root / "fakebin"
+        self.bin.mkdir()
+        self.table = root / "jobs.json"
+        self.log = root / "slurm.log"
+        self.log.touch()
+        self.set({})
+        text = (
+            FAKE.replace("@PYTHON@", sys.executable)
+            .replace("@TABLE@", repr(str(self.table)))
+            .replace("@LOG@", repr(str(self.log)))
+        )
+        for name in ("scontrol", "scancel"):
+            path = self.bin / name
+            path.write_text(text)
+            path.chmod(path.stat().st_mode | stat.S_IEXEC)
+
+    def set(self, jobs: dict[str, Any]) -> None:
+        self.table.write_text(json.dumps(jobs))
+
+    def job(self, job_id: str, state: str, reason: str = "None", **extra: Any) -> None:
+        table = json.loads(self.table.read_text())
+        table[job_id] = {"JobState": state, "Reason": reason, "Requeue": "1", "Restarts": "1"}
+        table[job_id].update(extra)
+        self.table.write_text(json.dumps(table))
+
+    def get(self, job_id: str) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads(self.table.read_text())[job_id]
+        return data
+
+    def flag(self, name: str) -> None:
+        table = json.loads(self.table.read_text())
+        table[name] = True
+        self.table.write_text(json.dumps(table))
+
+    def calls(self) -> list[str]:
+        return self.log.read_text().splitlines()
+
+
+@pytest.fixture
+def slurm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeSlurm:
+    """The fake SLURM commands first on PATH; waiting for a settling job costs nothing."""
+    fake = FakeSlurm(tmp_path)
+    monkeypatch.setenv("PATH", f"{fake.bin}:{'/usr/bin:/bin'}")
+    monkeypatch.setattr(slurm_admin, "_sleep", lambda s: None)
+    return fake
+
+
+@pytest.fixture
+def run(tmp_path: Path) -> Path:
+    """A run whose attempt 1 (SLURM job 77) requeued itself: the job now waits in the queue."""
+    root = tmp_path / "exp"
+    for attempt in (0, 1):
+        with EventWriter(root, attempt=attempt, host="node1") as w:
+            w.emit(events.RunStarted, scheduler="slurm", job_id="77", max_steps=100)
+            w.emit(events.RequeueIssued, step=10, job_id="77", command="scontrol requeue 77")
+            w.emit(events.RunFinished, step=10, reason="preempted")
+    return root
+
+
+def one_line_error(capsys: pytest.CaptureFixture[str]) -> str:
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert "Traceback" not in err
+    return err
+
+
+# --- the module ------------------------------------------------------------------------------
+
+
+def test_parse_show_job_reads_a_real_line() -> None:
+    """Keys with ':' and '/', values holding '=' and empty values parse as scontrol prints them."""
+    fields = slurm_admin.parse_show_job(REAL_LINE + "\n")
+    assert fields["JobState"] == "PENDING"
+    assert fields["Reason"] == "JobHeldAdmin"
+    assert fields["TRES"] == "cpu=1,node=1,billing=1"
+    assert fields["AllocNode:Sid"] == "localhost:12746"
+    assert fields["CPUs/Task"] == "1"
+    assert fields["Power"] == ""
+
+
+def test_job_view_states(slurm: FakeSlurm) -> None:
+    """A held pending job reads as held with its reason; an unknown job is None."""
+    slurm.job("77", "PENDING", "JobHeldAdmin")
+    view = slurm_admin.job_view("77")
+    assert view is not None
+    assert (view.pending, view.held, view.finished) == (True, True, False)
+    assert (view.requeue, view.restarts) == (True, 1)
+    assert view.describe() == "PENDING (JobHeldAdmin), held, requeue on, restarts 1"
+    assert slurm_admin.job_view("78") is None
+    assert slurm.calls() == ["scontrol show job -o 77", "scontrol show job -o 78"]
+
+
+def test_unavailable_slurm_is_its_own_error(
+    slurm: FakeSlurm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No configuration or no scontrol on PATH: SlurmUnavailable, saying what to do."""
+    slurm.flag("_unavailable")
+    with pytest.raises(slurm_admin.SlurmUnavailable, match="SLURM_CONF"):
+        slurm_admin.job_view("77")
+    monkeypatch.setenv("PATH", str(tmp_path / "nothing-here"))
+    with pytest.raises(slurm_admin.SlurmUnavailable, match="not on PATH"):
+        slurm_admin.job_view("77")
+
+
+@pytest.mark.parametrize("bad", ["", "12;rm -rf /", "-1", "abc", "12_", "12_3_4"])
+def test_job_ids_are_checked_before_any_command(slurm: FakeSlurm, bad: str) -> None:
+    """Anything but `123` or `123_4` is refused with the expected form, and nothing runs."""
+    with pytest.raises(slurm_admin.SlurmError, match="not a SLURM job id"):
+        slurm_admin.hold(bad)
+    assert slurm.calls() == []
+
+
+def test_hold_and_release_a_pending_job(slurm: FakeSlurm) -> None:
+    """hold → scontrol hold (JobHeldAdmin); release → scontrol release; each is idempotent."""
+    slurm.job("77", "PENDING", "BeginTime")
+    assert slurm_admin.hold("77").held
+    assert slurm_admin.hold("77").held  # already held: no second scontrol hold
+    assert not slurm_admin.release("77").held
+    assert not slurm_admin.release("77").held
+    verbs = [c for c in slurm.calls() if "show job" not in c]
+    assert verbs == ["scontrol hold 77", "scontrol release 77"]
+
+
+def test_hold_waits_for_a_job_that_is_being_requeued(slurm: FakeSlurm) -> None:
+    """Right after a requeue the job is COMPLETING for a moment: hold waits for PENDING."""
+    slurm.job("77", "COMPLETING", settle=3)
+    assert slurm_admin.hold("77").held
+    assert "scontrol hold 77" in slurm.calls()
+
+
+def test_hold_refuses_a_running_job(slurm: FakeSlurm) -> None:
+    """Only a waiting job can be held; the message points to --suspend for a running one."""
+    slurm.job("77", "RUNNING")
+    with pytest.raises(slurm_admin.SlurmError, match=r"is RUNNING.*--suspend"):
+        slurm_admin.hold("77")
+
+
+def test_cancel_pending_cancels_only_a_waiting_job(slurm: FakeSlurm) -> None:
+    """A pending job is cancelled with `scancel --state=PENDING`; a running one is refused."""
+    slurm.job("77", "PENDING", "JobHeldAdmin")
+    after = slurm_admin.cancel_pending("77")
+    assert after is not None
+    assert after.state == "CANCELLED"
+    assert "scancel --state=PENDING 77" in slurm.calls()
+    slurm.job("78", "RUNNING")
+    with pytest.raises(slurm_admin.SlurmError, match=r"is RUNNING.*ckptdash stop"):
+        slurm_admin.cancel_pending("78")
+
+
+def test_set_requeue_mirrors_onto_live_jobs_only(slurm: FakeSlurm) -> None:
+    """Requeue=0/1 on a running or pending job; a finished or forgotten job is left alone."""
+    slurm.job("77", "RUNNING")
+    view = slurm_admin.set_requeue("77", False)
+    assert view is not None
+    assert view.requeue is False
+    assert slurm.get("77")["Requeue"] == "0"
+    assert slurm_admin.set_requeue("77", False) is not None  # already 0: no second update
+    slurm_admin.set_requeue("77", True)
+    assert slurm.get("77")["Requeue"] == "1"
+    slurm.job("79", "COMPLETED")
+    done = slurm_admin.set_requeue("79", False)
+    assert done is not None
+    assert done.finished
+    assert slurm_admin.set_requeue("80", False) is None
+    updates = [c for c in slurm.calls() if c.startswith("scontrol update")]
+    assert updates == ["scontrol update JobId=77 Requeue=0", "scontrol update JobId=77 Requeue=1"]
+
+
+# --- the CLI ---------------------------------------------------------------------------------
+
+
+def test_cli_suspend_and_resume_mirror_onto_the_job(
+    slurm: FakeSlurm, run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`requeue --suspend` sets the run's setting and Requeue=0 on its job; --resume undoes both."""
+    slurm.job("77", "RUNNING")
+    assert main(["requeue", str(run), "--suspend"]) == 0
+    assert control.read_settings(run).requeue_suspended
+    assert slurm.get("77")["Requeue"] == "0"
+    assert "slurm job 77: Requeue=0 (RUNNING, requeue off (Requeue=0)" in capsys.readouterr().out
+    assert main(["requeue", str(run), "--resume"]) == 0
+    assert not control.read_settings(run).requeue_suspended
+    assert slurm.get("77")["Requeue"] == "1"
+
+
+def test_cli_suspend_without_slurm_changes_the_run_and_says_so(
+    slurm: FakeSlurm, run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Away from the cluster the setting still changes (the job reads it); one line says
+    the job's flag was not set and why; exit 0."""
+    slurm.flag("_unavailable")
+    assert main(["requeue", str(run), "--suspend"]) == 0
+    assert control.read_settings(run).requeue_suspended
+    out = capsys.readouterr().out
+    assert "slurm job 77: Requeue=0 not set" in out
+    assert "Could not establish a configuration source" in out
+
+
+def test_cli_failed_mirror_is_one_line_exit_2(
+    slurm: FakeSlurm, run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A live job whose flag cannot be set: exit 2, one line with the job and the manual fix."""
+    slurm.job("77", "RUNNING")
+    slurm.flag("_update_fails")
+    assert main(["requeue", str(run), "--suspend"]) == 2
+    err = one_line_error(capsys)
+    assert "slurm job 77" in err
+    assert "scontrol update JobId=77 Requeue=0" in err
+    assert control.read_settings(run).requeue_suspended  # the run's own setting did change
+
+
+def test_cli_hold_release_cancel(
+    slurm: FakeSlurm, run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--hold / --release / --cancel-pending --yes act on the run's latest job."""
+    slurm.job("77", "PENDING", "BeginTime")
+    assert main(["requeue", str(run), "--hold"]) == 0
+    assert slurm.get("77")["Reason"] == "JobHeldAdmin"
+    assert main(["requeue", str(run), "--release"]) == 0
+    assert slurm.get("77")["Reason"] == "None"
+    assert main(["requeue", str(run), "--cancel-pending", "--yes"]) == 0
+    assert slurm.get("77")["JobState"] == "CANCELLED"
+    out = capsys.readouterr().out
+    assert "slurm job 77: held" in out
+    assert "slurm job 77: released" in out
+    assert "slurm job 77: cancelled while pending" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "state", "message"),
+    [
+        (["--hold"], "RUNNING", "slurm job 77 is RUNNING"),
+        (["--cancel-pending", "--yes"], "RUNNING", "slurm job 77 is RUNNING"),
+        (["--cancel-pending"], "PENDING", "add --yes to confirm"),
+        (["--release", "--job", "12;x"], "PENDING", "not a SLURM job id"),
+        (["--hold", "--job", "99"], "PENDING", "SLURM does not know this job"),
+        (["--suspend", "--yes"], "PENDING", "--yes only confirms --cancel-pending"),
+    ],
+)
+def test_cli_scheduler_errors_are_one_line_exit_2(
+    slurm: FakeSlurm,
+    run: Path,
+    capsys: pytest.CaptureFixture[str],
+    argv: list[str],
+    state: str,
+    message: str,
+) -> None:
+    """Every refusal names the job (or value) and what to do instead; no traceback."""
+    slurm.job("77", state)
+    assert main(["requeue", str(run), *argv]) == 2
+    assert message in one_line_error(capsys)
+    assert slurm.get("77")["JobState"] == state
+
+
+def test_cli_control_needs_a_job(
+    slurm: FakeSlurm, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run with no SLURM job recorded: --hold says to name one with --job."""
+    root = tmp_path / "local"
+    EventWriter(root, attempt=0).close()
+    assert main(["requeue", str(root), "--hold"]) == 2
+    assert "--job JOBID" in one_line_error(capsys)
+    slurm.job("5", "PENDING")
+    assert main(["requeue", str(root), "--hold", "--job", "5"]) == 0
+
+
+def test_status_shows_the_scheduler_view_next_to_the_events(
+    slurm: FakeSlurm, run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`status` adds SLURM's view of the run's job (held, pending, reason) to the table and
+    to --json; --no-scheduler leaves SLURM alone."""
+    slurm.job("77", "PENDING", "JobHeldAdmin")
+    assert main(["status", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "scheduler: slurm job 77: PENDING (JobHeldAdmin), held, requeue on, restarts 1" in out
+    assert "requeue attempt 1 issued: scontrol requeue 77" in out
+    assert main(["status", str(run), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["scheduler"] == {
+        "scheduler": "slurm",
+        "job_id": "77",
+        "known": True,
+        "state": "PENDING",
+        "reason": "JobHeldAdmin",
+        "held": True,
+        "requeue": True,
+        "restarts": 1,
+    }
+    before = len(slurm.calls())
+    assert main(["status", str(run), "--no-scheduler"]) == 0
+    assert "scheduler:" not in capsys.readouterr().out
+    assert len(slurm.calls()) == before
+
+
+def test_status_when_slurm_forgot_the_job_or_is_unreachable(
+    slurm: FakeSlurm, run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A purged job and an unreachable controller each read as one line, never an error."""
+    assert main(["status", str(run)]) == 0
+    assert "scheduler: slurm job 77: no longer known to SLURM" in capsys.readouterr().out
+    slurm.flag("_unavailable")
+    assert main(["status", str(run), "--json"]) == 0
+    view = json.loads(capsys.readouterr().out)["scheduler"]
+    assert "Could not establish a configuration source" in view["error"]
+
+
+def test_status_of_a_folder_asks_an_unreachable_slurm_once(
+    slurm: FakeSlurm, run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """For a folder of runs an unreachable controller is asked once, not once per run."""
+    for name in ("exp2", "exp3"):
+        with EventWriter(run.parent / name, attempt=0) as w:
+            w.emit(events.RunStarted, scheduler="slurm", job_id="78", max_steps=10)
+    slurm.flag("_unavailable")
+    assert main(["status", str(run.parent), "--json"]) == 0
+    views = [r["scheduler"] for r in json.loads(capsys.readouterr().out)["runs"]]
+    assert len(views) == 3
+    assert all("Could not establish" in v["error"] for v in views)
+    assert len(slurm.calls()) == 1
