@@ -6,31 +6,113 @@ job asked to be requeued (through the requeue command template ckptdash runs)
 starts the next attempt, which resumes from the signal checkpoint. So a
 newcomer sees periodic saves, a preemption, a signal save, a requeue and a
 resume — with no SLURM and no GPU.
+
+While it runs, the live dashboard is served on ``127.0.0.1`` (``--port``, 5006
+by default; ``--no-serve`` to skip) and it stays up after the training ends
+until Ctrl-C (``--exit-when-done`` ends with the training, for scripts and CI).
+Ctrl-C ends everything: the training attempt, the server, the demo.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from ckptdash.errors import CkptDashError
 from ckptdash.resume import load_state
+
+if TYPE_CHECKING:
+    from ckptdash.dash.app import RunningServer
 
 REQUEUE_MARKER = ".demo-requeue"
 _last_line = [""]
 
 
 def run_demo(
-    run_dir: Path, *, steps: int = 300, preempt_every_s: float = 8.0, max_preemptions: int = 2
+    run_dir: Path,
+    *,
+    steps: int = 300,
+    preempt_every_s: float = 8.0,
+    max_preemptions: int = 2,
+    port: int | None = None,
+    exit_when_done: bool = True,
 ) -> int:
-    """Run attempts until the training finishes; returns the exit status."""
+    """Run attempts until the training finishes; returns the exit status (130 on Ctrl-C).
+
+    With ``port`` (0 picks a free one) the dashboard is served on 127.0.0.1 from
+    before the first attempt; unless ``exit_when_done``, it keeps serving after the
+    training ends until Ctrl-C.
+    """
     run_dir.mkdir(parents=True, exist_ok=True)
+    if port is not None:
+        _check_port_free(port)
+    server: RunningServer | None = None
+    main = threading.current_thread() is threading.main_thread()
+    old_sigterm = signal.signal(signal.SIGTERM, _interrupt) if main else None  # `kill` = Ctrl-C
+    try:
+        if port is not None:
+            server = _serve(run_dir, port)
+        status = _train(run_dir, steps, preempt_every_s, max_preemptions)
+        if server is not None and not exit_when_done:
+            print(
+                f"ckptdash demo: still serving the dashboard at {server.url} (Ctrl-C stops)",
+                flush=True,
+            )
+            forever = threading.Event()  # never set: wait for Ctrl-C
+            while not forever.wait(3600):
+                pass
+        return status
+    except KeyboardInterrupt:
+        print("\nckptdash demo: interrupted", flush=True)
+        return 130
+    finally:
+        if server is not None:
+            server.stop()
+        if main:
+            signal.signal(signal.SIGTERM, old_sigterm)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _check_port_free(port: int) -> None:
+    """Say which option to use when the port is taken (before any training starts)."""
+    if port == 0:
+        return
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            raise CkptDashError(
+                f"port {port} is in use (another dashboard?): pass --port N, --port 0 for any"
+                " free port, or --no-serve"
+            ) from None
+
+
+def _serve(run_dir: Path, port: int) -> RunningServer:
+    from ckptdash.dash.app import ServeOptions, start_server
+
+    server = start_server(run_dir, ServeOptions(address="127.0.0.1", port=port))
+    print(f"ckptdash demo: live dashboard at {server.url} (open it in a browser)", flush=True)
+    return server
+
+
+def _train(run_dir: Path, steps: int, preempt_every_s: float, max_preemptions: int) -> int:
+    """The stand-in scheduler: attempts until one finishes without asking to be requeued."""
     marker = run_dir / REQUEUE_MARKER
     attempt, preemptions = 0, 0
-    print(f"ckptdash demo: training {steps} steps in {run_dir} (Ctrl-C stops everything)")
+    print(
+        f"ckptdash demo: training {steps} steps in {run_dir} (Ctrl-C stops everything)",
+        flush=True,
+    )
     while True:
         marker.unlink(missing_ok=True)
         env = {
@@ -43,7 +125,11 @@ def run_demo(
         log_dir.mkdir(exist_ok=True)
         # Lightning's own chatter goes to a log file so the progress line stays readable.
         with open(log_dir / f"attempt-{attempt}.log", "wb") as log:
-            proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+            # Its own session: a terminal's Ctrl-C reaches only the demo, which then stops the
+            # attempt the way a scheduler does (SIGTERM: save, record the end, exit).
+            proc = subprocess.Popen(
+                cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
         # The clock starts once this attempt trains (its handlers are installed by then).
         deadline: float | None = None
         try:
@@ -52,16 +138,13 @@ def run_demo(
                 if deadline is None and training and preemptions < max_preemptions:
                     deadline = time.monotonic() + preempt_every_s
                 if deadline is not None and time.monotonic() >= deadline:
-                    print(f"\nckptdash demo: preempting attempt {attempt} (SIGUSR2)")
+                    print(f"\nckptdash demo: preempting attempt {attempt} (SIGUSR2)", flush=True)
                     proc.send_signal(signal.SIGUSR2)
                     preemptions += 1
                     deadline = float("inf")
                 time.sleep(0.25)
-        except KeyboardInterrupt:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=60)
-            print("\nckptdash demo: interrupted")
-            return 130
+        finally:
+            _end(proc)
         _progress(run_dir, final=True)
         if proc.returncode != 0:
             print(
@@ -72,10 +155,22 @@ def run_demo(
         if not marker.exists():
             break
         attempt += 1
-        print(f"ckptdash demo: requeued; starting attempt {attempt}")
+        print(f"ckptdash demo: requeued; starting attempt {attempt}", flush=True)
     marker.unlink(missing_ok=True)
-    print(f"ckptdash demo: done. See it all with: ckptdash status {run_dir}")
+    print(f"ckptdash demo: done. See it all with: ckptdash status {run_dir}", flush=True)
     return 0
+
+
+def _end(proc: subprocess.Popen[bytes]) -> None:
+    """Leave no attempt behind: SIGTERM (the job saves and stops), then SIGKILL after 60 s."""
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def _progress(run_dir: Path, final: bool = False) -> int | None:
