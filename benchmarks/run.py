@@ -1,0 +1,70 @@
+"""Run every ckptdash benchmark and print one markdown table (also benchmarks/out/results.md).
+
+    .venv/bin/python benchmarks/run.py            # the full suite (a few minutes)
+    .venv/bin/python benchmarks/run.py --quick    # a smoke version (under a minute)
+    .venv/bin/python benchmarks/run.py --only ingest --only save_cost
+
+Each figure is measured against its baseline in the same run, the two taking
+turns; ``ratio`` is always the ckptdash figure divided by the baseline's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import platform
+import sys
+import time
+from collections.abc import Callable
+from importlib.metadata import version
+from pathlib import Path
+
+from timing import Row, table
+
+# Module names, imported only when chosen (and never again in the agreement's spawned ranks,
+# which re-import this file).
+BENCHMARKS = ("ingest", "step_overhead", "save_cost", "agreement")
+OUT = Path(__file__).resolve().parent / "out"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer repetitions")
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=sorted(BENCHMARKS),
+        metavar="NAME",
+        help=f"run only this benchmark (repeatable): {', '.join(BENCHMARKS)}",
+    )
+    args = parser.parse_args(argv)
+    chosen = args.only or list(BENCHMARKS)
+    load_before = os.getloadavg()[0]
+    began = time.perf_counter()
+    rows: list[Row] = []
+    for name in BENCHMARKS:
+        if name in chosen:
+            start = time.perf_counter()
+            print(f"running {name} …", file=sys.stderr, flush=True)
+            bench: Callable[[bool], list[Row]] = importlib.import_module(name).run
+            rows.extend(bench(args.quick))
+            print(f"  {name}: {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
+    wall = time.perf_counter() - began
+    mode = "quick" if args.quick else "full"
+    header = (
+        f"ckptdash benchmarks ({mode}; {', '.join(chosen)}): {wall:.0f} s wall,"
+        f" {os.cpu_count()} CPUs (1-min load average {load_before:.1f} before,"
+        f" {os.getloadavg()[0]:.1f} after), Python {platform.python_version()},"
+        f" torch {version('torch')}."
+        " ratio = ckptdash ÷ baseline; ✅/❌ = goal met/missed."
+    )
+    text = f"{header}\n\n{table(rows)}\n"
+    print(text)
+    OUT.mkdir(exist_ok=True)
+    (OUT / "results.md").write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

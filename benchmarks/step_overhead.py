@@ -1,0 +1,278 @@
+"""Training-side cost per step: the Lightning callback, and ``Session.boundary()`` alone.
+
+(a) A tiny model (one Linear layer, logs its loss each step) fits on the CPU
+with the same Trainer twice: with and without ``CkptDashCallback`` (default
+configuration, run directory in a temp folder). Progress bar, logger, model
+summary, checkpointing and validation are off in both. A timing callback, in
+both, measures the steps after a warm-up. Runs alternate. Goal: ≤ 1.005×.
+
+(b) ``Session.boundary()`` on its no-op path (the countdown not yet at zero),
+in ns per call, against an empty method of the same signature.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import time
+import warnings
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from timing import Row, interleave, median, paired, spread
+from torch.utils.data import DataLoader, TensorDataset
+
+from ckptdash.lightning import CkptDashCallback
+from ckptdash.train.config import TrainConfig
+from ckptdash.train.session import Session
+
+BATCH = 32
+FEATURES = 32
+
+
+class TinyModel(pl.LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(FEATURES, 1)
+
+    def training_step(self, batch: list[torch.Tensor], batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        loss = torch.nn.functional.mse_loss(self.layer(x), y)
+        self.log("train_loss", loss)
+        return loss
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+class StepTimer(pl.Callback):
+    """Time from the end of step ``warmup`` to the end of the last step."""
+
+    def __init__(self, warmup: int) -> None:
+        self.warmup = warmup
+        self.start = self.end = 0.0
+
+    def on_train_batch_end(
+        self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        if trainer.global_step == self.warmup:
+            self.start = time.perf_counter()
+        elif trainer.global_step == trainer.max_steps:
+            self.end = time.perf_counter()
+
+
+def _fit(steps: int, warmup: int, with_ckptdash: bool) -> float:
+    """Seconds per step of one fit() after the warm-up."""
+    torch.manual_seed(0)
+    n = (steps + warmup) * BATCH
+    data = DataLoader(TensorDataset(torch.randn(n, FEATURES), torch.randn(n, 1)), batch_size=BATCH)
+    timer = StepTimer(warmup)
+    with tempfile.TemporaryDirectory(prefix="ckptdash-bench-step-") as tmp:
+        callbacks: list[pl.Callback] = [timer]
+        if with_ckptdash:
+            callbacks.append(CkptDashCallback(run_dir=f"{tmp}/run"))
+        trainer = pl.Trainer(
+            accelerator="cpu",
+            devices=1,
+            max_steps=steps + warmup,
+            callbacks=callbacks,
+            default_root_dir=tmp,
+            enable_progress_bar=False,
+            logger=False,
+            enable_model_summary=False,
+            enable_checkpointing=False,
+            limit_val_batches=0,
+            num_sanity_val_steps=0,
+        )
+        trainer.fit(TinyModel(), train_dataloaders=data)
+    if not timer.end:
+        raise AssertionError("the timed steps did not all run")
+    return (timer.end - timer.start) / steps
+
+
+class _Nothing(pl.Callback):
+    """A callback that does nothing: what Lightning itself charges per extra callback."""
+
+
+class BlockToggler(pl.Callback):
+    """Within one fit, take turns in blocks of steps: no callback, an empty one, ckptdash's.
+
+    The list ``trainer.callbacks`` is replaced (not mutated) at the end of a block, from
+    the last position, so every step of a block ran under one setting only.
+    """
+
+    def __init__(self, extra: dict[str, pl.Callback], warmup: int, block: int) -> None:
+        self.extra, self.warmup, self.block = extra, warmup, block
+        self.order = ["none", *extra]
+        self.times: dict[str, list[float]] = {name: [] for name in self.order}
+        self.turn = 0
+        self.mark = 0.0
+        self.current = "none"
+        self.hook_s = self.metrics_read_s = 0.0
+
+    def on_train_batch_end(
+        self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        step = trainer.global_step
+        if step < self.warmup or (step - self.warmup) % self.block:
+            return
+        now = time.perf_counter()
+        if step > self.warmup:
+            self.times[self.current].append((now - self.mark) / self.block)
+        # Rotate the order every round so no setting always follows the same one.
+        rnd, pos = divmod(self.turn, len(self.order))
+        self.current = self.order[(pos + rnd) % len(self.order)]
+        self.turn += 1
+        chosen = [self.extra[self.current]] if self.current in self.extra else []
+        trainer.callbacks = [*chosen, self]
+        if step == self.warmup:
+            self._time_hook(trainer, pl_module, outputs, batch, batch_idx)
+        self.mark = time.perf_counter()
+
+    def _time_hook(self, trainer: Any, *args: Any) -> None:
+        """Time ckptdash's per-step hook itself, and the property it reads every step."""
+        calls, hook = 1000, self.extra["ckptdash"].on_train_batch_end
+        hook_s, read_s = [], []
+        for _ in range(5):
+            start = time.perf_counter()
+            for _ in range(calls):
+                hook(trainer, *args)  # its countdown runs too: the checks it makes are included
+            hook_s.append((time.perf_counter() - start) / calls)
+            start = time.perf_counter()
+            for _ in range(calls):
+                trainer.callback_metrics  # noqa: B018 - the property read is what is timed
+            read_s.append((time.perf_counter() - start) / calls)
+        self.hook_s, self.metrics_read_s = median(hook_s), median(read_s)
+
+    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+        # Whatever the last turn was, ckptdash's callback ends and tears down as usual.
+        ckptdash = self.extra["ckptdash"]
+        if self.current != "ckptdash":
+            ckptdash.on_train_end(trainer, pl_module)
+        trainer.callbacks = [ckptdash, self]
+
+
+def _fit_blocks(rounds: int, block: int, warmup: int) -> BlockToggler:
+    """One fit that takes turns; the toggler holds the seconds per step of each block."""
+    torch.manual_seed(0)
+    with tempfile.TemporaryDirectory(prefix="ckptdash-bench-blocks-") as tmp:
+        ckptdash = CkptDashCallback(run_dir=f"{tmp}/run")
+        toggler = BlockToggler({"empty": _Nothing(), "ckptdash": ckptdash}, warmup, block)
+        steps = warmup + rounds * 3 * block
+        n = steps * BATCH
+        data = DataLoader(
+            TensorDataset(torch.randn(n, FEATURES), torch.randn(n, 1)), batch_size=BATCH
+        )
+        trainer = pl.Trainer(
+            accelerator="cpu",
+            devices=1,
+            max_steps=steps,
+            callbacks=[ckptdash, toggler],  # ckptdash sets up its session; then turns begin
+            default_root_dir=tmp,
+            enable_progress_bar=False,
+            logger=False,
+            enable_model_summary=False,
+            enable_checkpointing=False,
+            limit_val_batches=0,
+            num_sanity_val_steps=0,
+        )
+        trainer.fit(TinyModel(), train_dataloaders=data)
+    return toggler
+
+
+class _Empty:
+    def boundary(
+        self, step: int, epoch: int | None = None, metrics: dict[str, Any] | None = None
+    ) -> None:
+        return None
+
+
+def _boundary_ns(session: Session | _Empty, calls: int) -> float:
+    if isinstance(session, Session):
+        session._countdown = calls + 2  # stay on the no-op path for the whole loop
+    boundary = session.boundary
+    start = time.perf_counter_ns()
+    for step in range(calls):
+        boundary(step, 0, None)
+    return (time.perf_counter_ns() - start) / calls
+
+
+def run(quick: bool) -> list[Row]:
+    steps, warmup, reps = (300, 50, 2) if quick else (2000, 200, 4)
+    rounds, block = (10, 50) if quick else (100, 50)
+    calls, call_reps = (200_000, 3) if quick else (1_000_000, 7)
+    warnings.filterwarnings("ignore")  # "no workers in the DataLoader" and the like
+    for name in ("lightning.pytorch", "lightning.fabric", "lightning"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    torch.set_num_threads(1)
+
+    _fit(warmup, warmup, True)  # first-use costs (imports, allocator) in neither contender
+    fits = interleave(
+        {"with": lambda: _fit(steps, warmup, True), "without": lambda: _fit(steps, warmup, False)},
+        reps,
+    )
+    ms = {k: median(v) * 1e3 for k, v in fits.items()}
+    toggler = _fit_blocks(rounds, block, warmup)
+    turns = toggler.times
+    bms = {k: median(v) * 1e3 for k, v in turns.items()}
+    in_fit = paired(turns["ckptdash"], turns["none"])
+    lightning_tax = paired(turns["empty"], turns["none"])
+    own = paired(turns["ckptdash"], turns["empty"])
+
+    with tempfile.TemporaryDirectory(prefix="ckptdash-bench-boundary-") as tmp:
+        session = Session(TrainConfig(run_dir=tmp))
+        session.start(install_signals=False)
+        empty = _Empty()
+        ns = interleave(
+            {
+                "session": lambda: _boundary_ns(session, calls),
+                "empty": lambda: _boundary_ns(empty, calls),
+            },
+            call_reps,
+        )
+        session.close()
+    cost = {k: median(v) for k, v in ns.items()}
+    ratio = paired(fits["with"], fits["without"])
+    metrics_us, hook_us = toggler.metrics_read_s * 1e6, toggler.hook_s * 1e6
+    extra_us = (bms["ckptdash"] - bms["none"]) * 1e3
+    return [
+        Row(
+            f"step: separate fits with vs without CkptDashCallback, tiny CPU model, ms/step"
+            f" ({steps} steps × {reps} alternating fits each, median; {spread(fits['with'])})",
+            f"{ms['with']:.4f} ms ({(ms['with'] - ms['without']) * 1e3:+.1f} µs)",
+            f"{ms['without']:.4f} ms (same Trainer, no callback)",
+            ratio,
+            "≤ 1.005×",
+            ratio <= 1.005,
+        ),
+        Row(
+            f"step: one fit taking turns in {block}-step blocks, ms/step ({rounds} rounds;"
+            f" ratio = median of per-round ratios; {spread(turns['ckptdash'])})",
+            f"{bms['ckptdash']:.4f} ms ({extra_us:+.1f} µs)",
+            f"{bms['none']:.4f} ms (no callback)",
+            in_fit,
+            "≤ 1.005×",
+            in_fit <= 1.005,
+        ),
+        Row(
+            "step: same turns, CkptDashCallback vs an empty pl.Callback (what is left is"
+            " Lightning's dispatch cost, paid by any callback)",
+            f"{bms['ckptdash']:.4f} ms",
+            f"{bms['empty']:.4f} ms (empty callback; {lightning_tax:.3f}× no callback)",
+            own,
+        ),
+        Row(
+            "step: CkptDashCallback.on_train_batch_end called directly, µs/call"
+            " (5 × 1000 calls, median; ratio: share of the step)",
+            f"{hook_us:.1f} µs, of which {metrics_us:.1f} µs reading trainer.callback_metrics",
+            f"{bms['none'] * 1e3:.0f} µs (one step, no callback)",
+            hook_us / (bms["none"] * 1e3),
+        ),
+        Row(
+            f"Session.boundary() no-op path, ns/call ({calls:,} calls × {call_reps}, median)",
+            f"{cost['session']:.0f} ns",
+            f"{cost['empty']:.0f} ns (empty method, same signature)",
+            paired(ns["session"], ns["empty"]),
+        ),
+    ]
