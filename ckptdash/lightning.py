@@ -241,7 +241,7 @@ class CkptDashCallback(pl.Callback):
         if session is None:
             return
         decision = session.boundary(
-            trainer.global_step, trainer.current_epoch, trainer.callback_metrics
+            trainer.global_step, trainer.current_epoch, lambda: trainer.callback_metrics
         )
         if decision is None:
             return
