@@ -72,21 +72,35 @@ def html_pane(**params: Any) -> Any:
     return pn.pane.HTML("", stylesheets=[CSS], sizing_mode="stretch_width", **params)
 
 
-class StatusHeader(pn.viewable.Viewer):  # type: ignore[misc]
-    """State, job, attempt, host, step and progress, speed, ETA, time left, requeue, resume."""
+class HtmlView(pn.viewable.Viewer):  # type: ignore[misc]
+    """One HTML pane re-rendered from the model whenever the parameters in ``WATCH`` change."""
+
+    WATCH: tuple[str, ...] = ("run",)
 
     def __init__(self, model: DashModel, **params: Any) -> None:
         super().__init__(**params)
         self.model = model
         self._pane = html_pane(margin=(5, 10))
-        model.param.watch(self._render, ["run", "now", "loaded", "problem", "stale_after_s"])
+        model.param.watch(self._render, list(self.WATCH))
         self._render()
 
     def __panel__(self) -> Any:
         return self._pane
 
+    def html(self) -> str:
+        raise NotImplementedError
+
     def _render(self, *events: object) -> None:
-        self._pane.object = render_header(self.model)
+        self._pane.object = self.html()
+
+
+class StatusHeader(HtmlView):
+    """State, job, attempt, host, step and progress, speed, ETA, time left, requeue, resume."""
+
+    WATCH = ("run", "now", "loaded", "problem", "stale_after_s")
+
+    def html(self) -> str:
+        return render_header(self.model)
 
 
 def render_header(model: DashModel) -> str:
@@ -234,22 +248,12 @@ class RunList(pn.viewable.Viewer):  # type: ignore[misc]
                 self.model.select(self._roots[event.new[0]])
 
 
-class GoodputView(pn.viewable.Viewer):  # type: ignore[misc]
+class GoodputView(HtmlView):
     """Work lost per preemption, saving share, preemption rate, Young/Daly interval."""
 
-    def __init__(self, model: DashModel, **params: Any) -> None:
-        super().__init__(**params)
-        self.model = model
-        self._pane = html_pane(margin=(5, 10))
-        model.param.watch(self._render, ["run"])
-        self._render()
-
-    def __panel__(self) -> Any:
-        return self._pane
-
-    def _render(self, *events: object) -> None:
+    def html(self) -> str:
         snap = self.model.run
-        self._pane.object = "" if snap is None else render_goodput(goodput.compute(snap))
+        return "" if snap is None else render_goodput(goodput.compute(snap))
 
 
 def render_goodput(g: goodput.Goodput) -> str:
@@ -305,24 +309,14 @@ def _preemption_row(p: goodput.Preemption) -> str:
     )
 
 
-class CommandsView(pn.viewable.Viewer):  # type: ignore[misc]
+class CommandsView(HtmlView):
     """The run's commands, newest first: pending until the job answers applied/rejected/expired."""
 
     LIMIT: Final = 8
 
-    def __init__(self, model: DashModel, **params: Any) -> None:
-        super().__init__(**params)
-        self.model = model
-        self._pane = html_pane(margin=(5, 10))
-        model.param.watch(self._render, ["run"])
-        self._render()
-
-    def __panel__(self) -> Any:
-        return self._pane
-
-    def _render(self, *events: object) -> None:
+    def html(self) -> str:
         snap = self.model.run
-        self._pane.object = "" if snap is None else render_commands(snap, self.LIMIT)
+        return "" if snap is None else render_commands(snap, self.LIMIT)
 
 
 def render_commands(snap: RunSnapshot, limit: int) -> str:

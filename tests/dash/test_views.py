@@ -215,7 +215,7 @@ def test_folder_lists_runs_and_selection_switches_the_views(
     try:
         wait_until(lambda: len(d.model.runs) == 2, what="both runs")
         assert d.runs._layout.visible
-        assert list(d.runs._table.value["run"]) == ["a", "b"]
+        wait_until(lambda: list(d.runs._table.value["run"]) == ["a", "b"], what="the run table")
         d.runs._table.selection = [1]
         assert d.model.selected == str(tmp_path / "b")
         assert list(d.table.table.value["step"]) == [5]
