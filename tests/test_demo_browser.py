@@ -133,6 +133,8 @@ def test_demo_dashboard_shows_preemption_then_ctrl_c_ends_everything(
     assert "interrupted" in output
     assert "Traceback" not in output
     state = load_state(run)
-    assert state.attempts[1].resumed_from is not None
-    assert state.attempts[1].resumed_from.endswith("signal.ckpt")
+    resumed = state.attempts[1].resumed_from
+    assert resumed is not None
+    signal_steps = {c.step for c in state.checkpoints.values() if c.trigger == "signal"}
+    assert state.checkpoints[resumed].step in signal_steps  # a periodic save may share it
     assert state.attempts[1].outcome != "running", "attempt 1 ended without recording it"
