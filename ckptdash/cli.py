@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import getpass
+import os
 import socket
 import sys
 import time
@@ -47,6 +48,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CkptDashError as exc:
         print(f"ckptdash: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except BrokenPipeError:
+        # `ckptdash status RUN | head` closed the pipe: nothing went wrong for the user.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except PermissionError as exc:
         print(
             f"ckptdash: {exc.filename}: permission denied; run as a user who can read"

@@ -142,3 +142,29 @@ def test_installed_command_runs(run: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert "node2" in proc.stdout
+
+
+def test_status_into_a_closed_pipe_is_quiet(tmp_path: Path) -> None:
+    """`ckptdash status RUN | head -1` prints no error when head closes the pipe early
+    (the table is far longer than a pipe's buffer, so the write really fails)."""
+    run = tmp_path / "long"
+    with EventWriter(run, attempt=0) as w:
+        for step in range(3000):
+            w.emit(
+                events.CheckpointSaved,
+                step=step,
+                path=f"/nowhere/checkpoints/step={step:06d}.ckpt",
+                trigger="periodic",
+                size_bytes=1,
+                duration_s=0.1,
+            )
+    proc = subprocess.run(
+        f"{sys.executable} -m ckptdash status {run} --no-scheduler | head -1",
+        shell=True,
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])},
+    )
+    assert proc.stdout.startswith("run ")
+    assert proc.stderr == ""
