@@ -16,6 +16,7 @@ import os
 import platform
 import sys
 import time
+import traceback
 from collections.abc import Callable
 from importlib.metadata import version
 from pathlib import Path
@@ -43,12 +44,19 @@ def main(argv: list[str] | None = None) -> int:
     load_before = os.getloadavg()[0]
     began = time.perf_counter()
     rows: list[Row] = []
+    failed: list[str] = []
     for name in BENCHMARKS:
         if name in chosen:
             start = time.perf_counter()
             print(f"running {name} …", file=sys.stderr, flush=True)
-            bench: Callable[[bool], list[Row]] = importlib.import_module(name).run
-            rows.extend(bench(args.quick))
+            try:
+                bench: Callable[[bool], list[Row]] = importlib.import_module(name).run
+                rows.extend(bench(args.quick))
+            except Exception as exc:  # one broken benchmark must not lose the others' figures
+                traceback.print_exc()
+                failed.append(name)
+                error = f"{type(exc).__name__}: {exc}".splitlines()[0][:160].replace("|", "/")
+                rows.append(Row(f"{name}: FAILED", error, "", None, "runs", False))
             print(f"  {name}: {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
     wall = time.perf_counter() - began
     mode = "quick" if args.quick else "full"
@@ -63,7 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     OUT.mkdir(exist_ok=True)
     (OUT / "results.md").write_text(text)
-    return 0
+    if failed:
+        print(f"failed: {', '.join(failed)} (tracebacks above)", file=sys.stderr)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
