@@ -170,12 +170,14 @@ class RunWatcher:
         """Stop the worker and the observer and wait for both. Idempotent."""
         self._stop.set()
         self._wake.set()
+        # The worker first: it may still be scheduling a new folder, and scheduling on an
+        # observer that is stopping starts an emitter thread that nobody would stop.
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
         if self._observer is not None:
             self._observer.stop()
             self._observer.join(timeout)
             self._observer = None
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout)
 
     def __enter__(self) -> RunWatcher:
         return self.start()
