@@ -29,7 +29,7 @@ import msgspec
 
 from ckptdash import control, slurm_admin
 from ckptdash.errors import CkptDashError
-from ckptdash.resume import choose_resume, load_state
+from ckptdash.resume import choose_resume, find_recorded, load_state
 from ckptdash.rundir import RunDir, find_runs
 from ckptdash.state import RunState
 
@@ -475,17 +475,13 @@ def _resume(args: argparse.Namespace) -> int:
     run = _require_run(args.run_dir)
     state = load_state(run)
     if args.pin:
-        recorded = {c.path for c in state.valid_checkpoints()}
-        wanted = str(Path(args.pin).resolve())
-        match = next(
-            (p for p in recorded if p == args.pin or str(Path(p).resolve()) == wanted), None
-        )
+        match = find_recorded(state, args.pin)
         if match is None:
             raise CkptDashError(
                 f"{args.pin}: not a checkpoint this run recorded; pick a path from"
                 f" `ckptdash status {run.root}` (pins are limited to recorded checkpoints)"
             )
-        control.update_settings(run, resume_pin=match, author=_author())
+        control.update_settings(run, resume_pin=match.path, author=_author())
     elif args.clear:
         control.update_settings(run, resume_pin=None, author=_author())
     choice = choose_resume(run, state=state)

@@ -87,7 +87,7 @@ def choose_resume(
         pin = None
         skipped.append((str(run.settings), f"settings unreadable, pin ignored: {exc}"))
     if pin:
-        recorded = _find_recorded(state, pin)
+        recorded = find_recorded(state, pin)
         if recorded is None:
             skipped.append((pin, "pinned path is not a checkpoint this run recorded; refused"))
         elif (problem := check_checkpoint(recorded, validate)) is not None:
@@ -117,7 +117,9 @@ def resume_path(run_dir: str | os.PathLike[str]) -> str | None:
     return choose_resume(run).path
 
 
-def _find_recorded(state: RunState, pin: str) -> CheckpointInfo | None:
+def find_recorded(state: RunState, pin: str) -> CheckpointInfo | None:
+    """The saved checkpoint of this run that ``pin`` names (as recorded, or as an absolute
+    path), or None: pins are limited to what the run recorded."""
     wanted = os.path.abspath(pin)
     for info in state.valid_checkpoints():
         if info.path == pin or os.path.abspath(info.path) == wanted:
