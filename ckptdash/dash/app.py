@@ -20,7 +20,8 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -28,6 +29,7 @@ from typing import Any, Final
 import panel as pn
 
 from ckptdash.dash.controls import ControlActions, Controls, default_author
+from ckptdash.dash.delivery import Delivery
 from ckptdash.dash.hub import WatcherHub, shared_hub
 from ckptdash.dash.model import DEFAULT_STALE_AFTER_S, DashModel
 from ckptdash.dash.mounts import WATCH_MODES, WatchMode
@@ -118,17 +120,36 @@ class Dashboard(pn.viewable.Viewer):  # type: ignore[misc]
         )
         self._close_lock = threading.Lock()
         self._closed = False
+        doc = pn.state.curdoc
+        self._delivery = Delivery(self.model.publish, doc)
         # Last, so that nothing above can fail while holding a share of the watcher.
         self.watcher: RunWatcher = self._hub.acquire(
             self.path, mode=self.options.watch, poll_interval_s=self.options.poll_interval_s
         )
-        self._unsubscribe = self.watcher.subscribe(self.model.publish)
-        doc = pn.state.curdoc
+        if (latest := self.watcher.latest) is not None:
+            self.model.publish(latest)  # no view is rendered yet: the first paint shows the run
+        self._unsubscribe = self.watcher.subscribe(self._delivery)
         if doc is not None and doc.session_context is not None:
             pn.state.on_session_destroyed(lambda _context: self.close())
 
     def __panel__(self) -> Any:
         return self._layout
+
+    @contextmanager
+    def holding_updates(self) -> Iterator[None]:
+        """Apply no snapshot while the block runs (one being applied finishes first).
+
+        For code that changes the widgets from a thread of its own while the
+        widget is live in a notebook; a served session applies snapshots on its
+        event loop, where its widgets change anyway.
+        """
+        with self._delivery.render_lock:
+            yield
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> Any:
+        # A notebook renders here while the watcher's thread may be applying a snapshot.
+        with self._delivery.render_lock:
+            return super()._repr_mimebundle_(include, exclude)
 
     def close(self) -> None:
         """Stop receiving updates; the watcher stops when no other session uses it."""
@@ -136,6 +157,7 @@ class Dashboard(pn.viewable.Viewer):  # type: ignore[misc]
             if self._closed:
                 return
             self._closed = True
+        self._delivery.close()
         self._unsubscribe()
         self._hub.release(self.watcher)
 

@@ -32,13 +32,16 @@ def dash(
     """A dashboard (no server) on the preempted run, loaded."""
     root = make_run()
     d = Dashboard(root, options=DashOptions(watch="inotify"), hub=hub)
-    wait_until(lambda: d.model.run is not None, what="the first load")
+    wait_until(lambda: len(d.table.table.value) > 0, what="the first load")
+    with d.holding_updates():
+        pass  # the first snapshot has reached every view
     yield d
     d.close()
 
 
-def _clicks(button: Any) -> None:
-    button.clicks += 1  # what a browser click does to a Panel button
+def _clicks(dash: Dashboard, button: Any) -> None:
+    with dash.holding_updates():  # a click lands between snapshots, as in the browser
+        button.clicks += 1  # what a browser click does to a Panel button
 
 
 def _inbox(root: Path) -> list[Path]:
@@ -69,7 +72,7 @@ def test_save_now_writes_one_command_and_changes_nothing_shown(dash: Dashboard) 
     root = dash.path
     dash.watcher.stop()  # nothing reads the file back during this test
     run_before = dash.model.run
-    _clicks(dash.controls.save_button)
+    _clicks(dash, dash.controls.save_button)
     files = _inbox(root)
     assert len(files) == 1
     assert control.claim(root)[0].command_name == "save_now"
@@ -82,7 +85,7 @@ def test_pending_then_applied_comes_back_through_the_log(
 ) -> None:
     """The command list shows the click as pending, then the job's answer with the path."""
     root = dash.path
-    _clicks(dash.controls.save_button)
+    _clicks(dash, dash.controls.save_button)
     wait_until(lambda: "pending" in dash.commands._pane.object, timeout=5, what="pending")
     (claimed,) = control.claim(root)
     with EventWriter(root, attempt=2) as w:
@@ -103,14 +106,14 @@ def test_stop_asks_for_confirmation_first(dash: Dashboard) -> None:
     """Stop after save writes nothing until confirmed; Cancel writes nothing; Confirm writes
     one stop command."""
     root = dash.path
-    _clicks(dash.controls.stop_button)
+    _clicks(dash, dash.controls.stop_button)
     assert dash.controls.confirm_row.visible
     assert _inbox(root) == []
-    _clicks(dash.controls.cancel_button)
+    _clicks(dash, dash.controls.cancel_button)
     assert not dash.controls.confirm_row.visible
     assert _inbox(root) == []
-    _clicks(dash.controls.stop_button)
-    _clicks(dash.controls.confirm_button)
+    _clicks(dash, dash.controls.stop_button)
+    _clicks(dash, dash.controls.confirm_button)
     (claimed,) = control.claim(root)
     assert claimed.command_name == "stop_after_save"
 
@@ -118,13 +121,13 @@ def test_stop_asks_for_confirmation_first(dash: Dashboard) -> None:
 def test_requeue_button_flips_the_setting(dash: Dashboard, wait_until: WaitUntil) -> None:
     """The button asks for the opposite of what is shown, and relabels once the file is read."""
     root = dash.path
-    _clicks(dash.controls.requeue_button)
+    _clicks(dash, dash.controls.requeue_button)
     assert control.read_settings(root).requeue_suspended
     wait_until(
         lambda: button_label(dash.controls.requeue_button) == "Resume auto-requeue", timeout=5
     )
     assert "suspended" in dash.header._pane.object
-    _clicks(dash.controls.requeue_button)
+    _clicks(dash, dash.controls.requeue_button)
     assert not control.read_settings(root).requeue_suspended
 
 
@@ -148,9 +151,10 @@ def test_pin_only_a_recorded_valid_checkpoint(
     try:
         wait_until(lambda: d.model.run is not None and len(d.table.table.value) == 2)
         assert choose_resume(root).path == str(ckpt / "b.ckpt")
-        d.table.table.selection = [1]  # the older checkpoint, a.ckpt
+        with d.holding_updates():  # as a notebook user's click: not while a snapshot lands
+            d.table.table.selection = [1]  # the older checkpoint, a.ckpt
         assert not d.table.pin_button.disabled
-        _clicks(d.table.pin_button)
+        _clicks(d, d.table.pin_button)
         assert control.read_settings(root).resume_pin == str(ckpt / "a.ckpt")
         assert choose_resume(root).path == str(ckpt / "a.ckpt")
         wait_until(lambda: "pinned" in d.table.table.value["resume"].iloc[1], timeout=5)
@@ -158,7 +162,7 @@ def test_pin_only_a_recorded_valid_checkpoint(
         with pytest.raises(ControlError, match="not a valid checkpoint"):
             d.actions.pin("/etc/passwd")
         assert control.read_settings(root).resume_pin == str(ckpt / "a.ckpt")
-        _clicks(d.controls.clear_pin_button)
+        _clicks(d, d.controls.clear_pin_button)
         assert control.read_settings(root).resume_pin is None
     finally:
         d.close()
@@ -169,7 +173,8 @@ def test_selection_follows_the_checkpoint_when_rows_move(
 ) -> None:
     """A new checkpoint moves the rows down; the selection stays on the same checkpoint."""
     root = dash.path
-    dash.table.table.selection = [1]  # step 250, the signal save
+    with dash.holding_updates():
+        dash.table.table.selection = [1]  # step 250, the signal save
     with EventWriter(root, attempt=2) as w:
         w.write(saved(700, "/ck/new.ckpt", 500, attempt=2))
     wait_until(lambda: dash.table.table.selection == [2], timeout=5, what="the moved selection")
@@ -216,7 +221,8 @@ def test_folder_lists_runs_and_selection_switches_the_views(
         wait_until(lambda: len(d.model.runs) == 2, what="both runs")
         assert d.runs._layout.visible
         wait_until(lambda: list(d.runs._table.value["run"]) == ["a", "b"], what="the run table")
-        d.runs._table.selection = [1]
+        with d.holding_updates():
+            d.runs._table.selection = [1]
         assert d.model.selected == str(tmp_path / "b")
         assert list(d.table.table.value["step"]) == [5]
     finally:
