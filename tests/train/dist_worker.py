@@ -14,6 +14,7 @@ issued by the test is known to arrive while both ranks train.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import signal
@@ -47,6 +48,19 @@ def _wait_for_command(run_dir: Path, report_dir: Path) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError(f"no command arrived in {run_dir} within {GATE_TIMEOUT_S} s")
         _pause(0.002)
+
+
+def _leave_group() -> None:
+    """Leave the process group in step with the other rank.
+
+    Without the barrier one rank can tear gloo down while the other still has a
+    collective in flight; and a DDP model that outlives destroy_process_group()
+    frees its reducer during interpreter shutdown, where gloo's worker threads
+    abort the process ("terminate called without an active exception", exit -6).
+    """
+    gc.collect()
+    dist.barrier()
+    dist.destroy_process_group()
 
 
 def monitor_main(args: argparse.Namespace, report: dict[str, Any]) -> None:
@@ -94,7 +108,8 @@ def monitor_main(args: argparse.Namespace, report: dict[str, Any]) -> None:
             if monitor.should_stop:
                 report["stopped"] = True
                 break
-    dist.destroy_process_group()
+    del ddp  # before the group: see _leave_group
+    _leave_group()
 
 
 def lightning_main(args: argparse.Namespace, report: dict[str, Any]) -> None:

@@ -118,6 +118,10 @@ def main() -> None:
         report["finished"] = report["last_step"] == args.max_steps - 1
         write_report()
     if ntasks > 1:
+        # In step with the other task: one task tearing gloo down while the other still
+        # has a collective in flight aborts it ("terminate called without an active
+        # exception") and the job ends FAILED.
+        dist.barrier()
         dist.destroy_process_group()
 
 
