@@ -245,3 +245,26 @@ def test_signal_stop_is_recorded_before_lightning_restores_sigterm(
     ((handler, outcomes),) = seen
     assert handler is signal.SIG_DFL
     assert outcomes == ["stopped"]
+
+
+def test_unused_batch_hooks_are_skipped_but_a_subclass_override_still_runs(
+    tmp_path: Path,
+) -> None:
+    """Lightning skips the per-batch hooks ckptdash does not use (that is what keeps its step
+    overhead near zero), while a subclass that overrides one of them is still called."""
+
+    class Counting(CkptDashCallback):
+        def __init__(self, *args: Any, **kw: Any) -> None:
+            super().__init__(*args, **kw)
+            self.backward_calls = 0
+
+        def on_before_backward(self, trainer: Any, pl_module: Any, loss: Any) -> None:
+            self.backward_calls += 1
+
+    plain = callback(tmp_path / "a")
+    assert plain.on_before_backward is None and plain.on_train_batch_start is None
+    counting = Counting(tmp_path / "b", agree_interval_s=0.001, poll_interval_s=0.001)
+    t = trainer(tmp_path / "b", 6, [counting])
+    t.fit(Tiny())
+    assert counting.backward_calls == 6
+    assert state_of(tmp_path / "b").event_counts.get("heartbeat", 0) >= 1
