@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import array
 import os
 import stat
+import threading
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,20 @@ def test_atomic_write_reports_size_and_checksum_of_what_is_on_disk(tmp_path: Pat
     result = atomic_write(target, lambda f: [f.write(bytes([i]) * 1000) for i in range(50)])
     assert result.size_bytes == 50_000
     assert checksum_file(target) == (result.size_bytes, result.checksum)
+
+
+def test_big_chunks_hashed_beside_the_write_give_the_same_checksum(tmp_path: Path) -> None:
+    """Chunks of several MiB (a tensor's storage) are hashed on a helper thread while they
+    are written; mixed with small ones, in any format, the checksum is still that of the
+    bytes on disk, and no helper thread outlives the write."""
+    big = array.array("d", range(1 << 20))  # 8 MiB of 8-byte items: len() is not the size
+    target = tmp_path / "mixed.bin"
+    result = atomic_write(
+        target, lambda f: [f.write(b"head"), f.write(memoryview(big)), f.write(b"tail")]
+    )
+    assert result.size_bytes == 8 + 8 * (1 << 20)
+    assert checksum_file(target) == (result.size_bytes, result.checksum)
+    assert not [t for t in threading.enumerate() if t.name == "ckptdash-hash"]
 
 
 def test_atomic_write_temp_file_lives_next_to_target(tmp_path: Path) -> None:
@@ -39,12 +55,14 @@ def test_failed_write_keeps_old_file_and_leaves_no_temp(tmp_path: Path) -> None:
 
     def explode(f: object) -> None:
         f.write(b"half")  # type: ignore[attr-defined]
+        f.write(bytes(5 << 20))  # type: ignore[attr-defined]  # hashed on the helper thread
         raise RuntimeError("killed mid-save")
 
     with pytest.raises(RuntimeError):
         atomic_write(target, explode)
     assert target.read_bytes() == b"old-good"
     assert [p.name for p in tmp_path.iterdir()] == ["last.ckpt"]
+    assert not [t for t in threading.enumerate() if t.name == "ckptdash-hash"]
 
 
 def test_write_into_missing_directory_names_the_path(tmp_path: Path) -> None:
