@@ -61,7 +61,8 @@ def _timed(save: Callable[[Path], object], name: str) -> Callable[[], float]:
 
 
 def _hash_s(state: dict[str, Any]) -> float:
-    """Seconds to xxh3_128 the tensors' bytes in memory: what the checksum would add to a save if it were not overlapped with the write."""
+    """Seconds to xxh3_128 the tensors' bytes in memory: what the checksum would add to a
+    save if it were not overlapped with the write."""
     start = time.perf_counter()
     h = xxhash.xxh3_128()
     for value in state.values():
