@@ -101,6 +101,15 @@ class RecordingCheckpointIO(CheckpointIO):
         self.inner.teardown()
 
 
+def _writes_shards(strategy: Any) -> bool:
+    """Whether ``strategy`` saves a directory of shards itself instead of through its IO."""
+    return (
+        getattr(strategy, "_state_dict_type", None) == "sharded"  # FSDPStrategy
+        or getattr(strategy, "_save_distributed_checkpoint", False) is True  # ModelParallel
+        or type(strategy).__name__ == "DeepSpeedStrategy"
+    )
+
+
 def _flush_async(io: Any) -> None:
     """Wait for the saves an AsyncCheckpointIO queued; re-raise a failed one."""
     if not isinstance(io, _TaggingCheckpointIO):
@@ -217,6 +226,7 @@ class CkptDashCallback(pl.Callback):
         max_steps = trainer.max_steps if trainer.max_steps and trainer.max_steps > 0 else None
         session.start(max_steps=max_steps, install_signals=False)
         self._wrap_checkpoint_io(trainer, session)
+        self._record_sharded_saves(trainer, session)
         if self.config.resume:
             self._hook_resume(trainer, session)
 
@@ -230,6 +240,41 @@ class CkptDashCallback(pl.Callback):
             trainer.strategy.checkpoint_io = _TaggingCheckpointIO(io, session, self)
         else:
             trainer.strategy.checkpoint_io = RecordingCheckpointIO(io, session, self)
+
+    def _record_sharded_saves(self, trainer: Any, session: Session) -> None:
+        # FSDP (sharded), ModelParallel (distributed checkpoint) and DeepSpeed write a
+        # directory of shards themselves, on every rank, without the CheckpointIO.
+        strategy = trainer.strategy
+        original = strategy.save_checkpoint
+        if not _writes_shards(strategy) or getattr(original, "_ckptdash", False):
+            return
+
+        def save_checkpoint(
+            checkpoint: dict[str, Any], filepath: Any, storage_options: Any | None = None
+        ) -> None:
+            meta = checkpoint.setdefault(META_KEY, session.metadata(self.trigger_now()))
+            target = os.path.abspath(os.fspath(filepath))
+            lead = session.rank == 0
+
+            def write() -> tuple[int, str]:
+                original(checkpoint, filepath, storage_options)
+                # The strategy returns on rank 0 after every rank's shards are written (the
+                # distributed save ends in a gather); fsync them all before it counts as saved.
+                return durable_existing(target) if lead else (0, "")
+
+            saved = record_save(
+                session.writer if lead else None,
+                target,
+                trigger=meta["trigger"],
+                step=meta.get("step"),
+                epoch=checkpoint.get("epoch"),
+                write=write,
+            )
+            if saved is not None:
+                self.on_checkpoint_saved(saved)
+
+        save_checkpoint._ckptdash = True  # type: ignore[attr-defined]
+        strategy.save_checkpoint = save_checkpoint
 
     def _hook_resume(self, trainer: Any, session: Session) -> None:
         # Lightning picks the path inside fit() before any hook runs, then hands it to

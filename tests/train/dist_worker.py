@@ -1,11 +1,12 @@
 """One rank of a tiny 2-process gloo training job, launched by torchrun from test_distributed.py.
 
 Not a test module: run as ``python -m torch.distributed.run --nproc-per-node=2 dist_worker.py
-MODE RUN_DIR REPORT_DIR --steps N [--signal-at S] [--gate-at S]``. Each rank writes what it did
-(first and last step, the steps it saved at, whether it stopped, what it loaded) to
+MODE RUN_DIR REPORT_DIR --steps N [--signal-at S] [--gate-at S] [--sharded]``. Each rank writes
+what it did (first and last step, the steps it saved at, whether it stopped, what it loaded) to
 ``REPORT_DIR/rank<R>.json`` so the test can compare the ranks.
 
 ``--signal-at S``: rank 1 alone sends itself SIGUSR2 after step S.
+``--sharded`` (lightning): FSDP2 through ModelParallelStrategy, saving directories of shards.
 ``--gate-at S``: after step S rank 0 writes ``REPORT_DIR/ready`` and waits until a command is in
 the run's inbox (rank 1 meanwhile waits in the next step's gradient all_reduce), so a command
 issued by the test is known to arrive while both ranks train.
@@ -112,6 +113,18 @@ def monitor_main(args: argparse.Namespace, report: dict[str, Any]) -> None:
     _leave_group()
 
 
+def _strategy(sharded: bool) -> Any:
+    if not sharded:
+        return "ddp"
+    from lightning.pytorch.strategies import ModelParallelStrategy
+
+    # Saves a directory of per-rank shards itself (torch.distributed.checkpoint), not through
+    # the CheckpointIO; runs on CPU with gloo, unlike Lightning's FSDPStrategy.
+    return ModelParallelStrategy(
+        data_parallel_size=2, tensor_parallel_size=1, save_distributed_checkpoint=True
+    )
+
+
 def lightning_main(args: argparse.Namespace, report: dict[str, Any]) -> None:
     import lightning.pytorch as pl
 
@@ -124,8 +137,15 @@ def lightning_main(args: argparse.Namespace, report: dict[str, Any]) -> None:
             super().__init__()
             self.layer = torch.nn.Linear(4, 1)
 
+        def configure_model(self) -> None:
+            if args.sharded:  # FSDP2: each rank holds half of the parameters, saves its shard
+                from torch.distributed.fsdp import fully_shard
+
+                fully_shard(self.layer, mesh=self.device_mesh["data_parallel"])
+
         def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
             step = self.trainer.global_step
+            report.setdefault("first", step)
             report["last"] = step
             _pause(STEP_TIME_S)
             if rank == 1 and step == args.signal_at:
@@ -158,7 +178,7 @@ def lightning_main(args: argparse.Namespace, report: dict[str, Any]) -> None:
         enable_checkpointing=False,
         accelerator="cpu",
         devices=2,
-        strategy="ddp",
+        strategy=_strategy(args.sharded),
     )
     trainer.fit(Tiny())
     report["start"] = 0
@@ -174,6 +194,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, required=True)
     parser.add_argument("--signal-at", type=int, default=-1)
     parser.add_argument("--gate-at", type=int, default=-1)
+    parser.add_argument("--sharded", action="store_true", help="lightning: FSDP2 shards")
     args = parser.parse_args()
     rank = int(os.environ["RANK"])
     report: dict[str, Any] = {

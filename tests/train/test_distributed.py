@@ -24,7 +24,7 @@ import pytest
 import torch
 
 from ckptdash import control
-from ckptdash.resume import load_state
+from ckptdash.resume import check_checkpoint, load_state
 from ckptdash.state import RunState
 from tests.conftest import WaitUntil
 from tests.train.helpers import fake_scontrol, slurm_env
@@ -270,6 +270,40 @@ def test_lightning_ddp_signal_to_one_rank_saves_same_step_on_both(
     assert [(s.rank, s.signal) for s in state.signals] == [(1, "SIGUSR2")]
     assert [(q.issued, q.rank) for q in state.requeues] == [(True, 0)]
     assert (state.attempts[0].outcome, state.attempts[0].end_reason) == ("stopped", "preempted")
+
+
+def test_lightning_sharded_save_is_one_checkpoint_and_the_next_launch_resumes_from_it(
+    tmp_path: Path, launch: Any
+) -> None:
+    """FSDP2 (ModelParallelStrategy, CPU, 2 ranks) writes each checkpoint as a directory of
+    per-rank shards without the CheckpointIO. SIGUSR2 on rank 1 → one `signal` checkpoint:
+    the directory, with both ranks' shards, its total size, saved once by rank 0 and valid
+    for resume; the requeued attempt loads it on both ranks and continues at the next step."""
+    pytest.importorskip("lightning.pytorch", reason="install the lightning extra: make test")
+    run = tmp_path / "run"
+    r0, r1 = launch(
+        "sharded-0", job_env(tmp_path, slurm_restart=0), "lightning", run,
+        f"--steps={STEPS}", f"--signal-at={SIGNAL_AT}", "--sharded",
+    ).wait()  # fmt: skip
+    assert r0["saves"] == r1["saves"]
+    (saved,) = r0["saves"]
+    state = load_state(run)
+    (ckpt,) = state.checkpoints.values()
+    assert (ckpt.trigger, ckpt.step, ckpt.status, ckpt.rank) == ("signal", saved, "saved", 0)
+    shards = Path(ckpt.path)
+    assert {"__0_0.distcp", "__1_0.distcp"} <= {p.name for p in shards.iterdir()}
+    assert ckpt.size_bytes == sum(f.stat().st_size for f in shards.rglob("*") if f.is_file())
+    assert check_checkpoint(ckpt) is None
+
+    r0, r1 = launch(
+        "sharded-1", job_env(tmp_path, slurm_restart=1), "lightning", run,
+        f"--steps={STEPS}", "--sharded",
+    ).wait()  # fmt: skip
+    assert r0["first"] == r1["first"] == saved  # global_step after the saved step: the next one
+    assert r0["global_step"] == r1["global_step"] == STEPS
+    state = load_state(run)
+    assert state.attempts[1].resumed_from == ckpt.path
+    assert state.attempts[1].outcome == "finished"
 
 
 @pytest.mark.parametrize("rank", ["0", "1"])
