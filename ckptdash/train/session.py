@@ -27,6 +27,7 @@ import traceback
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ckptdash import control
@@ -48,6 +49,7 @@ from ckptdash.events import (
     RunStarted,
     SignalReceived,
     Trigger,
+    decode_lines,
 )
 from ckptdash.resume import ResumeChoice, choose_resume
 from ckptdash.rundir import RunDir
@@ -63,6 +65,26 @@ from ckptdash.writer import EventWriter
 _NO_SIGNAL, _TERMINATE, _REQUEUE = 0, 1, 2
 _ACTION_CODE = {"ignore": _NO_SIGNAL, "terminate": _TERMINATE, "requeue": _REQUEUE}
 _ATTEMPT_RE = re.compile(r"^A(\d{4,})\.")
+_RANK0_RE = re.compile(r"^A(\d{4,})\.R0000\.")
+
+
+def _attempt_jobs(files: list[Path]) -> dict[int, str | None]:
+    """The job id of each earlier attempt, from the ``run_started`` that opens its rank-0 file
+    (one line read per attempt, not the whole log)."""
+    jobs: dict[int, str | None] = {}
+    for path in files:
+        m = _RANK0_RE.match(path.name)
+        if m is None:
+            continue
+        try:
+            with open(path, "rb") as f:
+                first = f.readline()
+        except OSError:
+            continue
+        for event in decode_lines(first, str(path)) if first.endswith(b"\n") else ():
+            if isinstance(event, RunStarted):
+                jobs.setdefault(int(m.group(1)), event.job_id)
+    return jobs
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,10 +173,16 @@ class Session:
 
     def _attempt_number(self) -> int:
         known = self.scheduler.attempt
-        if known is not None:
-            return known
-        seen = [int(m.group(1)) for p in self.run.event_files() if (m := _ATTEMPT_RE.match(p.name))]
-        return max(seen) + 1 if seen else 0
+        files = self.run.event_files()
+        if known is None:
+            seen = [int(m.group(1)) for p in files if (m := _ATTEMPT_RE.match(p.name))]
+            return max(seen) + 1 if seen else 0
+        # The scheduler counts this job's restarts only. A new job submitted into a run
+        # directory that earlier jobs used numbers its attempts after theirs; otherwise its
+        # attempt 0 would merge with theirs in the history.
+        job = self.scheduler.job_id
+        others = [a for a, j in _attempt_jobs(files).items() if job is not None and j != job]
+        return (max(others) + 1 if others else 0) + known
 
     def metadata(self, trigger: str) -> dict[str, Any]:
         """What a checkpoint carries under its ``ckptdash`` key."""
@@ -415,9 +443,12 @@ class Session:
             who = f" by {settings.updated_by}" if settings.updated_by else ""
             return f"suspended{who} in {self.run.settings}"
         budget = self.config.max_attempts
-        if budget is not None and self.attempt + 1 >= budget:
+        # The budget is per job: its own restarts, not the attempts of earlier jobs in the run.
+        own = self.scheduler.attempt
+        attempt = own if own is not None else self.attempt
+        if budget is not None and attempt + 1 >= budget:
             return (
-                f"requeue budget reached: attempt {self.attempt + 1} of {budget}"
+                f"requeue budget reached: attempt {attempt + 1} of {budget}"
                 " (raise TrainConfig.max_attempts to allow more)"
             )
         if not self.scheduler.can_requeue:

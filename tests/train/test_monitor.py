@@ -45,6 +45,38 @@ def test_signal_saves_at_next_boundary_requeues_and_resumes(
     assert state.attempts[1].resumed_from == ckpt.path
 
 
+def test_a_new_job_in_a_used_run_dir_numbers_its_attempts_after_the_earlier_jobs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Resubmitting into the same run directory (a new job id, SLURM_RESTART_COUNT back at 0)
+    gives new attempt numbers instead of merging with the first job's attempts; the new job
+    resumes where the first ended, and its requeue budget counts its own restarts only."""
+    run, log = tmp_path / "run", tmp_path / "scontrol.log"
+    fake_scontrol(tmp_path / "bin", log)
+    slurm_env(monkeypatch, tmp_path / "bin", job_id="100", restart=0)
+    assert train_loop(run, total_steps=30, on_step=lambda s: s == 4 and send_self()) == (0, 4)
+    slurm_env(monkeypatch, tmp_path / "bin", job_id="100", restart=1)
+    assert train_loop(run, total_steps=30, on_step=lambda s: s == 9 and send_self()) == (5, 9)
+
+    slurm_env(monkeypatch, tmp_path / "bin", job_id="200", restart=0)
+    assert train_loop(
+        run, total_steps=30, max_attempts=2, on_step=lambda s: s == 14 and send_self()
+    ) == (10, 14)
+    slurm_env(monkeypatch, tmp_path / "bin", job_id="200", restart=1)
+    assert train_loop(run, total_steps=30) == (15, 29)
+
+    state = state_of(run)
+    jobs = {n: (a.job_id, a.outcome) for n, a in state.attempts.items()}
+    assert jobs == {
+        0: ("100", "stopped"),
+        1: ("100", "stopped"),
+        2: ("200", "stopped"),
+        3: ("200", "finished"),
+    }
+    # Job 200's first attempt was within its budget of 2: it requeued itself.
+    assert log.read_text().split() == ["requeue", "100", "requeue", "100", "requeue", "200"]
+
+
 def test_suspended_requeue_saves_but_does_not_requeue(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
