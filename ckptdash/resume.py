@@ -21,8 +21,9 @@ from typing import Literal
 
 from ckptdash import control
 from ckptdash.errors import CkptDashError
+from ckptdash.records import CheckpointInfo
 from ckptdash.rundir import RunDir, checksum_file
-from ckptdash.state import CheckpointInfo, RunState
+from ckptdash.state import RunState
 from ckptdash.tail import RunTailer
 
 ValidateMode = Literal["checksum", "size"]

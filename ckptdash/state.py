@@ -25,13 +25,23 @@ import bisect
 import heapq
 import math
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias, cast
 
 import msgspec
 
 from ckptdash import events as ev_
 from ckptdash.events import BadLine, Event, Heartbeat
+from ckptdash.records import (
+    AttemptInfo,
+    BadLines,
+    CheckpointInfo,
+    CommandInfo,
+    ExceptionInfo,
+    Progress,
+    RequeueInfo,
+    SignalInfo,
+)
 
 if TYPE_CHECKING:
     from ckptdash.tail import CommandFile, TailBatch
@@ -55,159 +65,6 @@ Key = tuple[float, int, int, int, bytes]
 
 def _key(event: Event) -> Key:
     return (event.t, _KIND_ORDER[event.KIND], event.attempt, event.rank, _encode(event))
-
-
-# --- what the views read -----------------------------------------------------------------------
-
-
-@dataclass
-class AttemptInfo:
-    """One attempt (one scheduler run of the job).
-
-    ``outcome`` is ``running``; ``finished`` (run_finished with reason
-    ``completed``); ``stopped`` (run_finished with another reason, e.g. for a
-    requeue); ``failed`` (run_failed); or ``lost`` when a later attempt started
-    although this one never said it ended (killed without warning).
-    ``last_heartbeat_t`` is the time of its last event of any kind (its last sign of life).
-    """
-
-    attempt: int
-    host: str = ""
-    scheduler: str = ""
-    job_id: str | None = None
-    world_size: int | None = None
-    pid: int | None = None
-    max_steps: int | None = None
-    requeue_budget: int | None = None
-    started_at: float | None = None
-    ended_at: float | None = None
-    outcome: str = "running"
-    end_reason: str = ""
-    resumed_from: str | None = None
-    resume_reason: str = ""
-    last_heartbeat_t: float | None = None
-    step: int | None = None
-    epoch: int | None = None
-    time_left_s: float | None = None
-    ranks: list[int] = field(default_factory=list)
-
-
-@dataclass
-class CheckpointInfo:
-    """One checkpoint path and what the log says about it.
-
-    ``status``: ``saved`` (the file at ``path`` is a valid resume candidate),
-    ``saving``, ``failed``, ``removed`` or ``invalid`` (``reason`` says why).
-    A save or failed save *over* a saved file leaves it ``saved``: writes are
-    atomic, so the older file is intact; ``error`` then holds the later
-    failure. A newer save of the same path replaces the record; ``replaced``
-    counts the older saves it superseded.
-    """
-
-    path: str
-    status: str
-    step: int | None = None
-    epoch: int | None = None
-    trigger: str = ""
-    t: float | None = None
-    started_at: float | None = None
-    size_bytes: int | None = None
-    duration_s: float | None = None
-    checksum: str = ""
-    attempt: int | None = None
-    rank: int | None = None
-    error: str = ""
-    reason: str = ""
-    replaced: int = 0
-
-
-@dataclass
-class SignalInfo:
-    """A signal that reached a rank, and what it was configured to mean."""
-
-    t: float
-    attempt: int
-    rank: int
-    step: int | None
-    signal: str
-    action: str
-
-
-@dataclass
-class RequeueInfo:
-    """A requeue made (``issued``) or skipped, with the reason."""
-
-    t: float
-    attempt: int
-    rank: int
-    issued: bool
-    job_id: str | None
-    command: str
-    reason: str
-
-
-@dataclass
-class ExceptionInfo:
-    """An exception that escaped a training step."""
-
-    t: float
-    attempt: int
-    rank: int
-    step: int | None
-    error_type: str
-    message: str
-    traceback: str
-
-
-@dataclass
-class CommandInfo:
-    """One command and where it stands.
-
-    ``status``: ``pending`` (in the inbox), ``received`` (claimed), then
-    ``applied`` / ``rejected`` / ``expired`` from the training side's events,
-    which outrank anything the file's location says. ``malformed`` means the
-    file does not parse (``error`` says why) and no rejection has come back yet.
-    """
-
-    id: str
-    status: str
-    command: str = ""
-    location: str | None = None
-    author: str = ""
-    host: str = ""
-    issued_at: float | None = None
-    expires_at: float | None = None
-    received_at: float | None = None
-    resolved_at: float | None = None
-    attempt: int | None = None
-    detail: str = ""
-    reason: str = ""
-    error: str = ""
-
-
-@dataclass
-class Progress:
-    """The latest progress: from the latest heartbeat, rank 0 preferred.
-
-    ``step`` and ``t`` come from a later non-heartbeat event (a checkpoint save,
-    a signal) when there is one.
-    """
-
-    t: float
-    attempt: int
-    rank: int
-    step: int | None
-    epoch: int | None
-    time_left_s: float | None
-    metrics: dict[str, float]
-
-
-@dataclass
-class BadLines:
-    """Lines that were skipped: counts by reason and the last samples (by file, then line)."""
-
-    counts: dict[str, int] = field(default_factory=dict)
-    samples: list[BadLine] = field(default_factory=list)
 
 
 # --- accumulators (private; order-independent by construction) --------------------------------

@@ -440,7 +440,8 @@ def test_bad_lines_are_counted_with_the_last_samples() -> None:
 
 
 def test_state_module_imports_only_the_schema() -> None:
-    """state.py imports the stdlib, msgspec and ckptdash.events at run time; no Panel, no files."""
+    """state.py imports the stdlib, msgspec, ckptdash.events and its records at run time; no
+    Panel, no files."""
     tree = ast.parse(Path(state_module.__file__ or "").read_text())
     imported = set()
     for node in tree.body:  # module level; the TYPE_CHECKING block is an If, not an import
@@ -449,6 +450,6 @@ def test_state_module_imports_only_the_schema() -> None:
         elif isinstance(node, ast.ImportFrom) and node.module:
             imported.add(node.module)
     ours = {name for name in imported if name.split(".")[0] == "ckptdash"}
-    assert ours == {"ckptdash", "ckptdash.events"}
+    assert ours == {"ckptdash", "ckptdash.events", "ckptdash.records"}
     others = {name.split(".")[0] for name in imported} - {"ckptdash", "msgspec", "__future__"}
     assert others <= set(sys.stdlib_module_names), others

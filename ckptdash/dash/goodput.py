@@ -24,7 +24,7 @@ import statistics
 from dataclasses import dataclass
 
 from ckptdash.dash.snapshot import RunSnapshot
-from ckptdash.state import AttemptInfo, CheckpointInfo
+from ckptdash.records import AttemptInfo, CheckpointInfo
 
 _PREEMPTED_REASONS = frozenset({"preempted", "terminated"})
 

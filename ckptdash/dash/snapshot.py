@@ -20,17 +20,17 @@ from pathlib import Path
 from typing import Final
 
 from ckptdash.events import Settings
-from ckptdash.resume import ResumeChoice, choose_resume
-from ckptdash.state import (
+from ckptdash.records import (
     AttemptInfo,
     CheckpointInfo,
     CommandInfo,
     ExceptionInfo,
     Progress,
     RequeueInfo,
-    RunState,
     SignalInfo,
 )
+from ckptdash.resume import ResumeChoice, choose_resume
+from ckptdash.state import RunState
 
 _CKPT_KINDS: Final = (
     "checkpoint_started",

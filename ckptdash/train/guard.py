@@ -44,8 +44,9 @@ from typing import TYPE_CHECKING, Final
 from ckptdash import events as ev_
 from ckptdash.errors import RunDirError
 from ckptdash.events import Event, RunFailed, RunStarted
+from ckptdash.records import AttemptInfo
 from ckptdash.rundir import RunDir
-from ckptdash.state import AttemptInfo, RunState
+from ckptdash.state import RunState
 from ckptdash.tail import RunTailer
 from ckptdash.train import dist
 
