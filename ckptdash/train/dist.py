@@ -65,6 +65,8 @@ def agree_max(values: list[int]) -> list[int]:
     import torch
     import torch.distributed as torch_dist
 
+    # Looked up at every call, not cached: a job may destroy its process group and make a
+    # new one (another backend, another device) between two agreements.
     tensor = torch.tensor(values, dtype=torch.int64, device=_device())
     torch_dist.all_reduce(tensor, op=torch_dist.ReduceOp.MAX)
     return [int(x) for x in tensor.tolist()]
