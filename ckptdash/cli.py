@@ -209,10 +209,7 @@ def _status(args: argparse.Namespace) -> int:
 
 def slurm_job_of(state: RunState) -> str | None:
     """The SLURM job id of the run's latest attempt that recorded one (array task: ``J_T``)."""
-    for a in sorted(state.attempts.values(), key=lambda a: a.attempt, reverse=True):
-        if a.scheduler == "slurm" and a.job_id:
-            return a.job_id
-    return None
+    return slurm_admin.job_of(state.attempts.values())
 
 
 def scheduler_views(states: list[RunState]) -> list[dict[str, Any] | None]:
@@ -423,26 +420,8 @@ def _job_for(run: RunDir, given: str | None) -> str | None:
 def _mirror_requeue(run: RunDir, given: str | None, *, allowed: bool) -> None:
     """Copy the suspend setting onto the SLURM job (Requeue=0/1) when SLURM can be asked."""
     job = _job_for(run, given)
-    if job is None:
-        return
-    flag = "1" if allowed else "0"
-    try:
-        view = slurm_admin.set_requeue(job, allowed)
-    except slurm_admin.SlurmUnavailable as exc:
-        print(f"slurm job {job}: Requeue={flag} not set: {exc}")
-        return
-    except slurm_admin.SlurmError as exc:
-        what = "on" if allowed else "suspended"
-        raise CkptDashError(
-            f"{exc}; the run's setting is changed (auto-requeue {what}) but the job's Requeue"
-            f" flag is not: retry, or run `scontrol update JobId={job} Requeue={flag}`"
-        ) from None
-    if view is None:
-        print(f"slurm job {job}: no longer known to SLURM; nothing to mirror")
-    elif view.finished:
-        print(f"slurm job {job}: {view.state}; nothing to mirror")
-    else:
-        print(f"slurm job {job}: Requeue={flag} ({view.describe()})")
+    if job is not None:
+        print(slurm_admin.mirror_requeue(job, allowed))
 
 
 def _scheduler_control(run: RunDir, args: argparse.Namespace) -> int:

@@ -14,7 +14,10 @@ dashboard and the CLI run on), these functions ask SLURM directly:
 * :func:`set_requeue` — mirror ckptdash's *requeue suspended* onto the job
   (``scontrol update JobId=J Requeue=0``; ``Requeue=1`` undoes it), so that a preemption that
   kills the job without a usable signal does not requeue it either: SLURM then refuses
-  ``scontrol requeue`` with "Requested operation is presently disabled".
+  ``scontrol requeue`` with "Requested operation is presently disabled";
+  :func:`mirror_requeue` is what the CLI and the dashboard call after changing the setting.
+
+:func:`job_of` finds a run's job id among its attempts (the CLI's state, a dashboard snapshot).
 
 Job ids are SLURM's: ``12345``, or ``12345_7`` for one array task (as ckptdash records them).
 Every failure raises :class:`SlurmError` with one line naming the job and the fix;
@@ -30,9 +33,9 @@ import shlex
 import shutil
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from ckptdash.errors import CkptDashError
 
@@ -130,6 +133,25 @@ class JobView:
             "requeue": self.requeue,
             "restarts": self.restarts,
         }
+
+
+class Attempt(Protocol):
+    """What :func:`job_of` reads of an attempt (:class:`ckptdash.state.AttemptInfo`)."""
+
+    @property
+    def attempt(self) -> int: ...
+    @property
+    def scheduler(self) -> str: ...
+    @property
+    def job_id(self) -> str | None: ...
+
+
+def job_of(attempts: Iterable[Attempt]) -> str | None:
+    """The SLURM job id of the newest attempt that recorded one (array task: ``J_T``)."""
+    for a in sorted(attempts, key=lambda a: a.attempt, reverse=True):
+        if a.scheduler == "slurm" and a.job_id:
+            return a.job_id
+    return None
 
 
 def describe(view: dict[str, Any]) -> str:
@@ -263,6 +285,32 @@ def set_requeue(job_id: str, allowed: bool, *, runner: Runner | None = None) -> 
     return job_view(view.job_id, runner=runner)
 
 
+def mirror_requeue(job_id: str, allowed: bool, *, runner: Runner | None = None) -> str:
+    """Copy ckptdash's requeue setting onto the job (Requeue=1/0); one line saying what
+    happened, for the CLI and the dashboard after they changed the run's setting.
+
+    Where SLURM cannot be asked (:class:`SlurmUnavailable`) the line says the flag is not set:
+    the run's own setting still holds for the job's signal handler. A refusal raises
+    :class:`SlurmError` naming the command to retry by hand.
+    """
+    flag = "1" if allowed else "0"
+    try:
+        view = set_requeue(job_id, allowed, runner=runner)
+    except SlurmUnavailable as exc:
+        return f"slurm job {job_id}: Requeue={flag} not set: {exc}"
+    except SlurmError as exc:
+        what = "on" if allowed else "suspended"
+        raise SlurmError(
+            f"{exc}; the run's setting is changed (auto-requeue {what}) but the job's Requeue"
+            f" flag is not: retry, or run `scontrol update JobId={job_id} Requeue={flag}`"
+        ) from None
+    if view is None:
+        return f"slurm job {job_id}: no longer known to SLURM; nothing to mirror"
+    if view.finished:
+        return f"slurm job {job_id}: {view.state}; nothing to mirror"
+    return f"slurm job {job_id}: Requeue={flag} ({view.describe()})"
+
+
 # --- running commands ------------------------------------------------------------------------
 
 
@@ -298,7 +346,7 @@ def _must(argv: list[str], runner: Runner | None, job: str) -> str:
 
 
 def _call(argv: list[str], runner: Runner | None) -> tuple[int, str]:
-    run = runner or _subprocess_runner
+    run = runner if runner is not None else _subprocess_runner
     try:
         rc, out = run(argv, TIMEOUT_S)
     except FileNotFoundError:

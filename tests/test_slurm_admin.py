@@ -17,6 +17,7 @@ import pytest
 
 from ckptdash import control, events, slurm_admin
 from ckptdash.cli import main
+from ckptdash.records import AttemptInfo
 from ckptdash.writer import EventWriter
 
 REAL_LINE = (
@@ -271,6 +272,35 @@ def test_set_requeue_mirrors_onto_live_jobs_only(slurm: FakeSlurm) -> None:
     assert slurm_admin.set_requeue("80", False) is None
     updates = [c for c in slurm.calls() if c.startswith("scontrol update")]
     assert updates == ["scontrol update JobId=77 Requeue=0", "scontrol update JobId=77 Requeue=1"]
+
+
+def test_mirror_requeue_says_what_it_did_in_one_line(slurm: FakeSlurm) -> None:
+    """The line the CLI prints and the dashboard shows: set, nothing to do, or not set and why;
+    a refusal raises with the manual fix (the run's own setting is already changed)."""
+    slurm.job("77", "PENDING", "JobHeldAdmin")
+    assert slurm_admin.mirror_requeue("77", False).startswith(
+        "slurm job 77: Requeue=0 (PENDING (JobHeldAdmin), held, requeue off (Requeue=0)"
+    )
+    slurm.job("79", "COMPLETED")
+    assert slurm_admin.mirror_requeue("79", False) == "slurm job 79: COMPLETED; nothing to mirror"
+    assert "no longer known to SLURM" in slurm_admin.mirror_requeue("80", True)
+    slurm.flag("_update_fails")
+    with pytest.raises(slurm_admin.SlurmError, match=r"Requeue=1`$") as failed:
+        slurm_admin.mirror_requeue("77", True)
+    assert "the run's setting is changed (auto-requeue on)" in str(failed.value)
+    slurm.flag("_unavailable")
+    said = slurm_admin.mirror_requeue("77", True)
+    assert said.startswith("slurm job 77: Requeue=1 not set: ")
+
+
+def test_job_of_is_the_newest_attempt_with_a_slurm_job() -> None:
+    """The job the controls act on: the newest attempt's that SLURM ran (not a local one)."""
+    A = AttemptInfo
+    assert slurm_admin.job_of([]) is None
+    attempts = [A(1, scheduler="slurm", job_id="12_3"), A(0, scheduler="slurm", job_id="11")]
+    assert slurm_admin.job_of(attempts) == "12_3"
+    assert slurm_admin.job_of([*attempts, A(2, scheduler="local", job_id="999")]) == "12_3"
+    assert slurm_admin.job_of([A(0, scheduler="slurm", job_id=None)]) is None
 
 
 # --- the CLI ---------------------------------------------------------------------------------

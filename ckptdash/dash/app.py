@@ -33,6 +33,7 @@ from ckptdash.dash.delivery import Delivery
 from ckptdash.dash.hub import WatcherHub, shared_hub
 from ckptdash.dash.model import DEFAULT_STALE_AFTER_S, DashModel
 from ckptdash.dash.mounts import WATCH_MODES, WatchMode
+from ckptdash.dash.scheduler import SchedulerPanel
 from ckptdash.dash.table import CheckpointTable
 from ckptdash.dash.text import esc
 from ckptdash.dash.timeline import Timeline
@@ -95,10 +96,24 @@ class Dashboard(pn.viewable.Viewer):  # type: ignore[misc]
         self.options = options or DashOptions()
         self._hub = hub if hub is not None else shared_hub(pn.state.cache)
         self.model = DashModel(path=str(self.path), stale_after_s=self.options.stale_after_s)
-        self.actions = ControlActions(self.model, author=_author, nudge=lambda: self.watcher.wake())
+        self.actions = ControlActions(
+            self.model,
+            author=_author,
+            nudge=lambda: self.watcher.wake(),
+            mirror_requeue=lambda suspended: self.scheduler.mirror_requeue(suspended),
+        )
         self.header = StatusHeader(self.model)
         self.runs = RunList(self.model)
         self.controls = Controls(self.model, self.actions)
+        doc = pn.state.curdoc
+        self._delivery = Delivery(self.model.publish, doc)
+        self.scheduler = SchedulerPanel(
+            self.model,
+            self.controls,
+            doc=doc,
+            render_lock=self._delivery.render_lock,
+            alive=lambda: self.watcher.running,  # started after the watcher is acquired
+        )
         # Views update in the order they were made: the table's small message before the plot's
         # (a plot redraw costs the browser ~50 ms; a new checkpoint should not wait for it).
         self.table = CheckpointTable(self.model, self.controls)
@@ -113,6 +128,7 @@ class Dashboard(pn.viewable.Viewer):  # type: ignore[misc]
             self.runs,
             self.header,
             self.controls,
+            self.scheduler,
             self.timeline,
             pn.Row(self.goodput, self.commands, sizing_mode="stretch_width"),
             self.table,
@@ -120,8 +136,6 @@ class Dashboard(pn.viewable.Viewer):  # type: ignore[misc]
         )
         self._close_lock = threading.Lock()
         self._closed = False
-        doc = pn.state.curdoc
-        self._delivery = Delivery(self.model.publish, doc)
         # Last, so that nothing above can fail while holding a share of the watcher.
         self.watcher: RunWatcher = self._hub.acquire(
             self.path, mode=self.options.watch, poll_interval_s=self.options.poll_interval_s
@@ -158,6 +172,7 @@ class Dashboard(pn.viewable.Viewer):  # type: ignore[misc]
                 return
             self._closed = True
         self._delivery.close()
+        self.scheduler.close()
         self._unsubscribe()
         self._hub.release(self.watcher)
 

@@ -65,7 +65,9 @@ class ControlActions:
     """What the buttons do, without the buttons: each method writes one file and says what.
 
     ``author`` is asked at each action (a served page may know the logged-in
-    user); ``nudge`` asks the watcher to read the result back now.
+    user); ``nudge`` asks the watcher to read the result back now; ``mirror_requeue``
+    copies a new requeue setting onto the scheduler (see :mod:`ckptdash.dash.scheduler`)
+    and says what it did, or "" when there is no scheduler to tell.
     """
 
     def __init__(
@@ -74,10 +76,12 @@ class ControlActions:
         *,
         author: Callable[[], str] = default_author,
         nudge: Callable[[], None] = lambda: None,
+        mirror_requeue: Callable[[bool], str] = lambda suspended: "",
     ) -> None:
         self.model = model
         self._author = author
         self._nudge = nudge
+        self._mirror_requeue = mirror_requeue
 
     def _run(self) -> RunSnapshot:
         """The selected run, checked against the runs this dashboard lists."""
@@ -109,7 +113,10 @@ class ControlActions:
         snap = self._run()
         control.update_settings(snap.root, requeue_suspended=suspended, author=self._author())
         self._nudge()
-        return "auto-requeue suspended" if suspended else "auto-requeue resumed"
+        said = "auto-requeue suspended" if suspended else "auto-requeue resumed"
+        # After the run's own setting: it holds even when the scheduler refuses the mirror.
+        mirrored = self._mirror_requeue(suspended)
+        return f"{said}; {mirrored}" if mirrored else said
 
     def pin(self, path: str) -> str:
         """Make the next attempt resume from ``path``: a valid checkpoint this run recorded."""

@@ -1,4 +1,5 @@
-"""How snapshots from the watcher's thread reach one dashboard session's widgets.
+"""How values from a background thread (the watcher's snapshots, the scheduler's answers)
+reach one dashboard session's widgets.
 
 Panel sends a widget's change only to the Bokeh models that exist at that
 moment. A change made from another thread while a session is still building
@@ -18,40 +19,49 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from panel.io.state import set_curdoc
 
-from ckptdash.dash.snapshot import FolderSnapshot
-
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
 
-class Delivery:
-    """Calls ``apply`` with watcher snapshots where the session's models can take them.
+
+class Delivery(Generic[T]):
+    """Calls ``apply`` with values from any thread where the session's models can take them;
+    a burst is coalesced to the newest value.
 
     ``doc`` is the session's Bokeh document when served, None in a notebook.
+    Deliveries of one session share ``render_lock`` (the first one's, by default).
     """
 
-    def __init__(self, apply: Callable[[FolderSnapshot], None], doc: Any | None) -> None:
+    def __init__(
+        self,
+        apply: Callable[[T], None],
+        doc: Any | None,
+        *,
+        render_lock: threading.RLock | None = None,
+    ) -> None:
         self._apply = apply
         self._doc = doc if doc is not None and doc.session_context is not None else None
-        self.render_lock = threading.RLock()  # held while a notebook renders the view
+        # Held while a notebook renders the view.
+        self.render_lock = render_lock if render_lock is not None else threading.RLock()
         self._pending_lock = threading.Lock()
-        self._pending: FolderSnapshot | None = None
+        self._pending: T | None = None
         self._closed = False
 
-    def __call__(self, folder: FolderSnapshot) -> None:
-        """Take a snapshot (from any thread)."""
+    def __call__(self, value: T) -> None:
+        """Take a value (from any thread)."""
         if self._closed:
             return
         if self._doc is None:
             with self.render_lock:
-                self._apply(folder)
+                self._apply(value)
             return
         with self._pending_lock:
             scheduled = self._pending is not None
-            self._pending = folder  # a slow event loop gets the newest, not a backlog
+            self._pending = value  # a slow event loop gets the newest, not a backlog
         if not scheduled:
             try:
                 self._doc.add_next_tick_callback(self._flush)  # Bokeh: safe from any thread
@@ -60,11 +70,11 @@ class Delivery:
 
     def _flush(self) -> None:
         with self._pending_lock:
-            folder, self._pending = self._pending, None
-        if folder is None or self._closed:
+            value, self._pending = self._pending, None
+        if value is None or self._closed:
             return
         with set_curdoc(self._doc):
-            self._apply(folder)
+            self._apply(value)
 
     def close(self) -> None:
         self._closed = True

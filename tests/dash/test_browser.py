@@ -153,7 +153,7 @@ def test_save_now_makes_one_command_then_shows_it_applied_with_the_path(
     root, trainer = live
     assert _inbox(root) == []
     page.get_by_role("button", name="Save now").click()
-    expect(page.get_by_text("pending").first).to_be_visible(timeout=5000)
+    expect(page.locator("td", has_text="pending").first).to_be_visible(timeout=5000)
     assert len(_inbox(root)) == 1
     (answered,) = trainer.answer()
     path = f"step={trainer.step}-manual.ckpt"

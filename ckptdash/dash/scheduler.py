@@ -1,0 +1,314 @@
+"""The scheduler's view of the selected run's SLURM job, and the controls only SLURM can carry
+out: hold, release or cancel a job that waits in the queue (e.g. requeued).
+
+Once a job is requeued no training process exists to read the run directory's control
+channel, so these buttons ask SLURM directly through :mod:`ckptdash.slurm_admin` (on the
+login node the dashboard runs on). The panel shows SLURM's state next to the run's own events:
+pending, running or held, the reason, the restart count.
+
+``scontrol`` is never run on the watcher's thread or the session's event loop to *refresh*:
+one background thread per session asks SLURM at most every :data:`POLL_INTERVAL_S` seconds,
+and only while the selected run has a SLURM job. Its answers reach the widgets the way the
+watcher's snapshots do (see :mod:`ckptdash.dash.delivery`). A click runs its one or two
+``scontrol`` calls directly (each has :data:`ckptdash.slurm_admin.TIMEOUT_S`), and the buttons
+are enabled only after a refresh reached SLURM, so a click never waits on a controller that
+is known not to answer.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Final
+
+import panel as pn
+
+from ckptdash import slurm_admin
+from ckptdash.dash.controls import Controls, button
+from ckptdash.dash.delivery import Delivery
+from ckptdash.dash.model import DashModel
+from ckptdash.dash.snapshot import RunSnapshot
+from ckptdash.dash.text import esc
+from ckptdash.dash.views import CSS, html_pane
+from ckptdash.errors import ControlError
+
+POLL_INTERVAL_S: Final = 3.0
+"""Seconds between two refreshes of the scheduler's view (a state change shows within this)."""
+UNAVAILABLE_RETRY_S: Final = 30.0
+"""Seconds between refreshes while SLURM cannot be asked (a timeout costs up to 10 s)."""
+UNAVAILABLE: Final = "scheduler commands not available here"
+
+
+@dataclass(frozen=True)
+class SchedulerInfo:
+    """What the panel shows about one run's job; ``job_id`` None: not a SLURM run (hidden)."""
+
+    job_id: str | None = None
+    asked: bool = False
+    """True once SLURM answered (or said why it cannot) for this job."""
+    view: slurm_admin.JobView | None = None
+    """SLURM's view; None when unasked, unavailable, or SLURM no longer knows the job."""
+    unavailable: str = ""
+    """Why SLURM's commands cannot be used from here (then every button is off)."""
+    error: str = ""
+    """Why asking about this one job failed."""
+
+    @property
+    def can_hold(self) -> bool:
+        return self.view is not None and self.view.pending and not self.view.held
+
+    @property
+    def can_release(self) -> bool:
+        return self.view is not None and self.view.held
+
+    @property
+    def can_cancel(self) -> bool:
+        return self.view is not None and self.view.pending
+
+    def key(self) -> tuple[object, ...]:
+        """What the panel shows (not e.g. RunTime, which changes every second)."""
+        shown = None if self.view is None else tuple(self.view.to_dict().items())
+        return (self.job_id, self.asked, shown, self.unavailable, self.error)
+
+
+def render_scheduler(info: SchedulerInfo) -> str:
+    """The panel's HTML: the job's state, reason, hold and restarts, or why they are unknown."""
+    head = f"<b>SLURM job {esc(info.job_id or '')}</b>"
+    if info.unavailable:
+        body = f"<span class='muted'>{UNAVAILABLE}: {esc(info.unavailable)}</span>"
+    elif not info.asked:
+        body = "<span class='muted'>asking SLURM …</span>"
+    elif info.error:
+        body = f"<span class='problem'>{esc(info.error)}</span>"
+    elif info.view is None:
+        body = "<span class='muted'>no longer known to SLURM (ended and purged)</span>"
+    else:
+        v = info.view
+        parts = [f"<span class='st'>{esc(v.state)}</span>"]
+        if v.reason and v.reason != "None":
+            parts.append(f"reason <code>{esc(v.reason)}</code>")
+        if v.held:
+            parts.append("<b>held</b>")
+        if v.requeue is not None:
+            parts.append("requeue " + ("on" if v.requeue else "off (Requeue=0)"))
+        if v.restarts is not None:
+            parts.append(f"restarts {v.restarts}")
+        body = " · ".join(parts)
+    return f"<div class='ck'>scheduler: {head}: {body}</div>"
+
+
+def job_of(snap: RunSnapshot | None) -> str | None:
+    """The SLURM job of a run (its newest attempt that recorded one); None if not SLURM."""
+    return None if snap is None else slurm_admin.job_of(snap.attempts)
+
+
+class SchedulerPanel(pn.viewable.Viewer):  # type: ignore[misc]
+    """SLURM's view of the selected run's job, with Hold / Release / Cancel pending job.
+
+    ``doc`` is the session's Bokeh document when served (None in a notebook) and
+    ``render_lock`` the lock the notebook holds while it renders (the dashboard's
+    :class:`~ckptdash.dash.delivery.Delivery`'s): refreshes from the background thread are
+    applied under it, or on the session's event loop. ``runner`` replaces SLURM's commands
+    in tests. Outcomes of clicks appear in ``controls``' message line. Call :meth:`close`;
+    the thread also ends once ``alive()`` is false (the dashboard's watcher stopped: a served
+    session that was never closed, e.g. the server stopped before the browser left).
+    """
+
+    def __init__(
+        self,
+        model: DashModel,
+        controls: Controls,
+        *,
+        doc: Any | None = None,
+        render_lock: threading.RLock | None = None,
+        runner: slurm_admin.Runner | None = None,
+        interval_s: float = POLL_INTERVAL_S,
+        alive: Callable[[], bool] = lambda: True,
+        **params: Any,
+    ) -> None:
+        super().__init__(**params)
+        self.model = model
+        self.controls = controls
+        self.interval_s = interval_s
+        self._alive = alive
+        self._runner = runner
+        # Answers from the background thread reach the widgets as the watcher's snapshots do.
+        self._post: Delivery[SchedulerInfo] = Delivery(self._show, doc, render_lock=render_lock)
+        self.info = SchedulerInfo()
+        self._job: str | None = None  # read by the background thread: guarded by _lock
+        self._again = False  # ask SLURM at once, not at the next refresh: guarded by _lock
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._closed = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.status = html_pane(margin=(0, 10))
+        self.hold_button = button("Hold pending job", "warning", disabled=True)
+        self.release_button = button("Release job", "success", disabled=True)
+        self.cancel_job_button = button("Cancel pending job…", "danger", disabled=True)
+        self.confirm_cancel_button = button("Confirm cancel", "danger")
+        self.keep_button = button("Keep it")
+        self.confirm_row = pn.Row(
+            pn.pane.HTML(
+                "<div class='ck'><b>Cancel the pending job?</b> SLURM removes it from the queue;"
+                " the run keeps its checkpoints.</div>",
+                stylesheets=[CSS],
+            ),
+            self.confirm_cancel_button,
+            self.keep_button,
+            visible=False,
+        )
+        self.hold_button.on_click(lambda _: self.controls.run_action(self.hold))
+        self.release_button.on_click(lambda _: self.controls.run_action(self.release))
+        self.cancel_job_button.on_click(lambda _: self._ask_confirmation(True))
+        self.keep_button.on_click(lambda _: self._ask_confirmation(False))
+        self.confirm_cancel_button.on_click(self._confirmed)
+        self._layout = pn.Column(
+            self.status,
+            pn.Row(self.hold_button, self.release_button, self.cancel_job_button),
+            self.confirm_row,
+            visible=False,
+            sizing_mode="stretch_width",
+        )
+        model.param.watch(self._on_run, ["run"])
+        self._on_run()
+
+    def __panel__(self) -> Any:
+        return self._layout
+
+    # --- actions (on the session's thread: a click) -------------------------------------------
+
+    def hold(self) -> str:
+        """Keep the pending job from starting (``scontrol hold``)."""
+        job = self._require_job()
+        view = slurm_admin.hold(job, runner=self._runner)
+        self._answered(job, view)
+        return f"slurm job {job}: held ({view.describe()}); Release job lets it start"
+
+    def release(self) -> str:
+        """Let a held job be scheduled again (``scontrol release``)."""
+        job = self._require_job()
+        view = slurm_admin.release(job, runner=self._runner)
+        self._answered(job, view)
+        return f"slurm job {job}: released ({view.describe()})"
+
+    def cancel_pending(self) -> str:
+        """Cancel the job while it waits in the queue (``scancel --state=PENDING``)."""
+        job = self._require_job()
+        after = slurm_admin.cancel_pending(job, runner=self._runner)
+        self._answered(job, after)
+        state = after.describe() if after is not None else "gone from the queue"
+        return f"slurm job {job}: cancelled while pending ({state})"
+
+    def mirror_requeue(self, suspended: bool) -> str:
+        """Mirror the run's new requeue setting onto its job (Requeue=0/1), as the CLI does;
+        "" when there is nothing to tell (not a SLURM run, no ``scontrol`` here)."""
+        job = self._job
+        if job is None or not slurm_admin.available(self._runner):
+            return ""
+        if self.info.job_id == job and self.info.unavailable:
+            # Known unreachable: do not make the click wait for another timeout.
+            return f"slurm job {job}: Requeue not changed: {self.info.unavailable}"
+        said = slurm_admin.mirror_requeue(job, not suspended, runner=self._runner)
+        self.refresh()  # show the new flag now, not at the next refresh
+        return said
+
+    def _require_job(self) -> str:
+        # The job's state is not checked here: slurm_admin asks SLURM and refuses (hold of a
+        # running job; scancel --state=PENDING) whatever a stale page showed.
+        job = self._job
+        if job is None:
+            raise ControlError("the selected run has no SLURM job; nothing to ask SLURM")
+        return job
+
+    def _answered(self, job: str, view: slurm_admin.JobView | None) -> None:
+        self._show(SchedulerInfo(job, asked=True, view=view))
+        self.refresh()  # and let the background thread confirm it
+
+    def _ask_confirmation(self, show: bool) -> None:
+        self.confirm_row.visible = show
+
+    def _confirmed(self, _: object) -> None:
+        self.confirm_row.visible = False
+        self.controls.run_action(self.cancel_pending)
+
+    # --- showing ---------------------------------------------------------------------------
+
+    def _on_run(self, *events: object) -> None:
+        """A new snapshot (any run change): follow the selected run's job."""
+        job = job_of(self.model.run)
+        with self._lock:
+            changed, self._job = job != self._job, job
+        if changed:
+            self.confirm_row.visible = False
+            self._show(SchedulerInfo(job))
+            if job is not None:
+                self._start()
+                self._wake.set()
+
+    def _show(self, info: SchedulerInfo) -> None:
+        """Apply ``info`` to the widgets (on the session's thread, or under the render lock)."""
+        if info.job_id != self._job:
+            return  # an answer about the run that was selected before
+        if info.key() == self.info.key() and self.status.object:
+            return  # unchanged: the page is not sent the same thing again
+        self.info = info
+        self.status.object = render_scheduler(info)
+        self._layout.visible = info.job_id is not None
+        self.hold_button.disabled = not info.can_hold
+        self.release_button.disabled = not info.can_release
+        self.cancel_job_button.disabled = not info.can_cancel
+        if not info.can_cancel:
+            self.confirm_row.visible = False
+
+    # --- the background thread ---------------------------------------------------------------
+
+    def _start(self) -> None:
+        # Only once a SLURM job is selected: other runs never start a thread.
+        if self._thread is None and not self._closed.is_set():
+            self._thread = threading.Thread(
+                target=self._loop, name="ckptdash-scheduler", daemon=True
+            )
+            self._thread.start()
+
+    def _loop(self) -> None:
+        asked: str | None = None
+        due = 0.0
+        while not self._closed.is_set() and self._alive():
+            self._wake.clear()  # before reading the job: a wake-up after this is not lost
+            with self._lock:
+                job, again, self._again = self._job, self._again, False
+            now = time.monotonic()
+            if job is not None and (again or job != asked or now >= due):
+                info = self.ask(job)
+                asked = job
+                pause = UNAVAILABLE_RETRY_S if info.unavailable else self.interval_s
+                due = time.monotonic() + pause
+                self._post(info)
+            # Bounded even with no job to ask about: alive() is checked at least this often.
+            self._wake.wait(self.interval_s if job is None else max(0.0, due - time.monotonic()))
+
+    def ask(self, job: str) -> SchedulerInfo:
+        """SLURM's view of ``job`` now (runs ``scontrol``: call it off the event loop)."""
+        if not slurm_admin.available(self._runner):
+            return SchedulerInfo(job, asked=True, unavailable="scontrol is not on PATH")
+        try:
+            view = slurm_admin.job_view(job, runner=self._runner)
+        except slurm_admin.SlurmUnavailable as exc:
+            return SchedulerInfo(job, asked=True, unavailable=str(exc))
+        except slurm_admin.SlurmError as exc:
+            return SchedulerInfo(job, asked=True, error=str(exc))
+        return SchedulerInfo(job, asked=True, view=view)
+
+    def refresh(self) -> None:
+        """Ask SLURM again now (the background thread does it)."""
+        with self._lock:
+            self._again = True
+        self._wake.set()
+
+    def close(self) -> None:
+        """Stop the background thread (it ends after a command in flight) and its updates."""
+        self._closed.set()
+        self._post.close()
+        self._wake.set()

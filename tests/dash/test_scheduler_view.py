@@ -1,0 +1,399 @@
+"""The scheduler panel without a server or SLURM: a fake runner stands in for scontrol/scancel
+(edge cases only; tests/slurm/test_dashboard_controls.py drives the real scheduler).
+
+It checks which buttons a job's state enables, that clicks call SLURM's commands (the cancel
+only after confirmation), that a missing ``scontrol`` is said once, and that the Suspend
+auto-requeue toggle is mirrored onto the job as Requeue=0/1.
+"""
+
+from __future__ import annotations
+
+import threading
+import urllib.request
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import panel as pn
+import pytest
+
+from ckptdash import control, events
+from ckptdash.dash import scheduler
+from ckptdash.dash.app import Dashboard, DashOptions
+from ckptdash.dash.controls import ControlActions, Controls
+from ckptdash.dash.hub import WatcherHub
+from ckptdash.dash.model import DashModel
+from ckptdash.dash.scheduler import UNAVAILABLE, SchedulerPanel
+from ckptdash.dash.snapshot import SnapshotBuilder
+from ckptdash.rundir import RunDir
+from ckptdash.state import RunState
+from tests.dash.conftest import T0, Scenario, ev, preempted_run
+
+WaitUntil = Callable[..., None]
+
+
+class FakeRunner:
+    """scontrol/scancel over a job table ``{job: {JobState, Reason, Requeue, Restarts}}``;
+    records every argv. Thread-safe: the panel's thread and the clicks both call it."""
+
+    def __init__(self, **jobs: dict[str, str]) -> None:
+        self.jobs = jobs
+        self.calls: list[list[str]] = []
+        self.missing = False  # raise like a command not on PATH
+        self.update_fails = False
+        self._lock = threading.Lock()
+
+    def __call__(self, argv: Sequence[str], timeout_s: float) -> tuple[int, str]:
+        with self._lock:
+            self.calls.append(list(argv))
+            if self.missing:
+                raise FileNotFoundError(argv[0])
+            return self._answer(list(argv))
+
+    def _answer(self, argv: list[str]) -> tuple[int, str]:
+        job = argv[-1].removeprefix("JobId=") if argv[1] != "update" else argv[2][6:]
+        j = self.jobs.get(job)
+        if j is None:
+            return 1, "slurm_load_jobs error: Invalid job id specified"
+        if argv[:3] == ["scontrol", "show", "job"]:
+            fields = " ".join(f"{k}={v}" for k, v in j.items())
+            # RunTime changes with every look, as on a real cluster: the page must not.
+            runtime = f"RunTime=00:00:{len(self.calls) % 60:02d}"
+            return 0, f"JobId={job} JobName=train {fields} BatchFlag=1 {runtime}"
+        if argv[:2] == ["scontrol", "hold"]:
+            j["Reason"] = "JobHeldAdmin"
+        elif argv[:2] == ["scontrol", "release"]:
+            j["Reason"] = "None"
+        elif argv[0] == "scancel" and j["JobState"] == "PENDING":
+            j["JobState"], j["Reason"] = "CANCELLED", "None"
+        elif argv[:2] == ["scontrol", "update"]:
+            if self.update_fails:
+                return 1, "slurm_update error: Access/permission denied"
+            j["Requeue"] = argv[3].split("=")[1]
+        return 0, ""
+
+    def count(self) -> int:
+        with self._lock:
+            return len(self.calls)
+
+    def made(self, *argv: str) -> bool:
+        with self._lock:
+            return list(argv) in self.calls
+
+
+def job(state: str, reason: str = "None", requeue: str = "1") -> dict[str, str]:
+    return {"JobState": state, "Reason": reason, "Requeue": requeue, "Restarts": "1"}
+
+
+@dataclass
+class Page:
+    """One session's model, controls and scheduler panel on a real run directory."""
+
+    root: Path
+    runner: FakeRunner
+    model: DashModel = field(default_factory=lambda: DashModel(path="/"))
+    lock: threading.RLock = field(default_factory=threading.RLock)
+    scenario: Scenario = field(init=False)
+    controls: Controls = field(init=False)
+    panel: SchedulerPanel = field(init=False)
+
+    def __post_init__(self) -> None:
+        RunDir(self.root).ensure()  # the controls write the settings file into it
+        root = str(self.root)
+        self.scenario = Scenario(root, RunState(root, "r1"), SnapshotBuilder(root))
+        self.model = DashModel(path=root)
+        actions = ControlActions(
+            self.model, mirror_requeue=lambda suspended: self.panel.mirror_requeue(suspended)
+        )
+        self.controls = Controls(self.model, actions)
+        self.panel = SchedulerPanel(
+            self.model, self.controls, render_lock=self.lock, runner=self.runner, interval_s=0.05
+        )
+
+    def publish(self, *evs: events.Event, **settings: Any) -> None:
+        with self.lock:  # as Delivery does in a notebook
+            self.scenario.add(*evs)
+            self.model.publish(self.scenario.folder(T0 + 700, **settings))
+
+    def click(self, widget: Any) -> None:
+        with self.lock:  # a click lands between two refreshes, as on a served page
+            widget.clicks += 1
+
+    def buttons(self) -> tuple[bool, bool, bool]:
+        """Which of Hold / Release / Cancel are enabled."""
+        p = self.panel
+        return (
+            not p.hold_button.disabled,
+            not p.release_button.disabled,
+            not p.cancel_job_button.disabled,
+        )
+
+    @property
+    def message(self) -> str:
+        return str(self.controls.message.object)
+
+
+@pytest.fixture
+def page(tmp_path: Path) -> Iterator[Callable[..., Page]]:
+    """``page(runner)``: a page on a run whose attempts ran as SLURM job 77; closed after."""
+    made: list[Page] = []
+
+    def make(runner: FakeRunner, evs: list[events.Event] | None = None) -> Page:
+        p = Page(tmp_path / f"run{len(made)}", runner)
+        made.append(p)
+        p.publish(*(preempted_run() if evs is None else evs))
+        return p
+
+    yield make
+    for p in made:
+        p.panel.close()
+
+
+def _asked(p: Page, wait_until: WaitUntil) -> None:
+    def asked() -> bool:
+        with p.lock:  # an answer is applied whole under the lock: never half-seen
+            return p.panel.info.asked
+
+    wait_until(asked, timeout=5, what="the first answer from SLURM")
+
+
+@pytest.mark.parametrize(
+    ("state", "reason", "enabled", "shown"),
+    [
+        ("PENDING", "BeginTime", (True, False, True), ["PENDING", "BeginTime"]),
+        ("PENDING", "JobHeldAdmin", (False, True, True), ["PENDING", "JobHeldAdmin", "held"]),
+        ("RUNNING", "None", (False, False, False), ["RUNNING"]),
+        ("COMPLETED", "None", (False, False, False), ["COMPLETED"]),
+    ],
+)
+def test_buttons_follow_the_scheduler_view(
+    page: Callable[..., Page],
+    wait_until: WaitUntil,
+    state: str,
+    reason: str,
+    enabled: tuple[bool, bool, bool],
+    shown: list[str],
+) -> None:
+    """Hold only a pending job that is not held, Release only a held one, Cancel only a pending
+    one; the panel shows the job, its state, reason, hold and restart count."""
+    p = page(FakeRunner(**{"77": job(state, reason)}))
+    _asked(p, wait_until)
+    assert p.buttons() == enabled
+    html = p.panel.status.object
+    for text in ["SLURM job 77", *shown, "restarts 1"]:
+        assert text in html, text
+    assert ("<b>held</b>" in html) == (reason == "JobHeldAdmin")
+    assert p.panel.__panel__().visible
+
+
+def test_a_job_slurm_forgot_shows_so_and_enables_nothing(
+    page: Callable[..., Page], wait_until: WaitUntil
+) -> None:
+    p = page(FakeRunner())
+    _asked(p, wait_until)
+    assert "no longer known to SLURM" in p.panel.status.object
+    assert p.buttons() == (False, False, False)
+
+
+def test_hold_release_and_confirmed_cancel_call_slurm(
+    page: Callable[..., Page], wait_until: WaitUntil
+) -> None:
+    """Each button runs its SLURM command and says the outcome in the controls' message line;
+    Cancel pending job runs nothing until confirmed, and "Keep it" runs nothing at all."""
+    runner = FakeRunner(**{"77": job("PENDING", "BeginTime")})
+    p = page(runner)
+    _asked(p, wait_until)
+
+    p.click(p.panel.hold_button)
+    assert runner.made("scontrol", "hold", "77")
+    assert "slurm job 77: held (PENDING (JobHeldAdmin), held" in p.message
+    assert p.buttons() == (False, True, True)  # shown at once, not at the next refresh
+
+    p.click(p.panel.release_button)
+    assert runner.made("scontrol", "release", "77")
+    assert "slurm job 77: released (PENDING" in p.message
+    assert p.buttons() == (True, False, True)
+
+    p.click(p.panel.cancel_job_button)
+    assert p.panel.confirm_row.visible
+    p.click(p.panel.keep_button)
+    assert not p.panel.confirm_row.visible
+    assert not any(c[0] == "scancel" for c in runner.calls)
+
+    p.click(p.panel.cancel_job_button)
+    p.click(p.panel.confirm_cancel_button)
+    assert runner.made("scancel", "--state=PENDING", "77")
+    assert "slurm job 77: cancelled while pending (CANCELLED" in p.message
+    assert p.buttons() == (False, False, False)
+    assert not p.panel.confirm_row.visible
+
+
+def test_a_refused_command_is_one_problem_line(
+    page: Callable[..., Page], wait_until: WaitUntil
+) -> None:
+    """A job that started between the refresh and the click: the error names the job."""
+    runner = FakeRunner(**{"77": job("PENDING", "Priority")})
+    p = page(runner)
+    _asked(p, wait_until)
+    with p.lock:
+        runner.jobs["77"]["JobState"] = "RUNNING"
+        p.panel.hold_button.clicks += 1
+    assert "problem" in p.message
+    assert "slurm job 77 is RUNNING" in p.message
+    assert not runner.made("scontrol", "hold", "77")
+
+
+def test_missing_scontrol_is_said_once_not_per_refresh(
+    page: Callable[..., Page], wait_until: WaitUntil, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without SLURM's commands the panel says so once and enables nothing; further refreshes
+    neither change the page nor put an error in the message line."""
+    monkeypatch.setattr(scheduler, "UNAVAILABLE_RETRY_S", 0.01)
+    runner = FakeRunner()
+    runner.missing = True
+    p = page(runner)
+    renders: list[str] = []
+    p.panel.status.param.watch(lambda e: renders.append(e.new), ["object"])
+    wait_until(lambda: runner.count() >= 4, timeout=5, what="several refreshes")
+    with p.lock:
+        html = p.panel.status.object
+    assert UNAVAILABLE in html
+    assert "scontrol is not on PATH" in html
+    assert len([r for r in renders if UNAVAILABLE in r]) <= 1  # 0: it was set before the watch
+    assert p.buttons() == (False, False, False)
+    assert p.message == ""
+
+
+def test_dashboard_without_scontrol_on_path(
+    make_run: Callable[..., Path],
+    hub: WatcherHub,
+    wait_until: WaitUntil,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The real Dashboard, where no SLURM command exists: the panel says so, the toggle still
+    suspends requeue (the run's own setting) and asks SLURM for nothing."""
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    d = Dashboard(make_run(), options=DashOptions(watch="inotify"), hub=hub)
+    try:
+        wait_until(lambda: UNAVAILABLE in d.scheduler.status.object, timeout=10, what="the panel")
+        assert "scheduler commands not available here" in d.scheduler.status.object
+        with d.holding_updates():
+            d.controls.requeue_button.clicks += 1
+        assert d.controls.message.object.endswith("auto-requeue suspended</div>")
+        assert control.read_settings(d.path).requeue_suspended
+    finally:
+        d.close()
+
+
+def test_a_run_without_slurm_hides_the_panel_and_asks_nothing(
+    page: Callable[..., Page],
+) -> None:
+    runner = FakeRunner()
+    local = [ev(events.RunStarted, 0, scheduler="local", job_id=None, max_steps=10)]
+    p = page(runner, local)
+    assert not p.panel.__panel__().visible
+    assert p.panel._thread is None  # no thread, no scontrol for a run SLURM never ran
+    p.click(p.controls.requeue_button)
+    assert p.message.endswith("auto-requeue suspended</div>")
+    assert runner.calls == []
+
+
+def test_suspend_toggle_mirrors_requeue_onto_the_job(
+    page: Callable[..., Page], wait_until: WaitUntil
+) -> None:
+    """Suspend auto-requeue sets the run's setting and Requeue=0 on the job, as the CLI's
+    `requeue --suspend` does; Resume sets Requeue=1 again."""
+    runner = FakeRunner(**{"77": job("RUNNING")})
+    p = page(runner)
+    _asked(p, wait_until)
+    p.click(p.controls.requeue_button)
+    assert control.read_settings(p.root).requeue_suspended
+    assert runner.made("scontrol", "update", "JobId=77", "Requeue=0")
+    assert "auto-requeue suspended; slurm job 77: Requeue=0 (RUNNING" in p.message
+
+    p.publish(requeue_suspended=True)  # what the watcher reads back from the settings file
+    p.click(p.controls.requeue_button)
+    assert not control.read_settings(p.root).requeue_suspended
+    assert runner.made("scontrol", "update", "JobId=77", "Requeue=1")
+    assert "auto-requeue resumed; slurm job 77: Requeue=1" in p.message
+    wait_until(lambda: "requeue on" in p.panel.status.object, timeout=5, what="the new flag")
+
+
+def test_a_refused_mirror_says_the_run_setting_changed_and_the_fix(
+    page: Callable[..., Page], wait_until: WaitUntil
+) -> None:
+    runner = FakeRunner(**{"77": job("PENDING", "BeginTime")})
+    runner.update_fails = True
+    p = page(runner)
+    _asked(p, wait_until)
+    p.click(p.controls.requeue_button)
+    assert control.read_settings(p.root).requeue_suspended  # the run's own setting holds
+    assert "problem" in p.message
+    assert "scontrol update JobId=77 Requeue=0" in p.message
+    assert "setting is changed (auto-requeue suspended)" in p.message
+
+
+def test_the_panel_follows_the_newest_attempts_job(
+    page: Callable[..., Page], wait_until: WaitUntil
+) -> None:
+    """A new attempt under another job id (resubmitted by hand): the panel asks about it."""
+    runner = FakeRunner(**{"77": job("COMPLETED"), "90": job("PENDING", "Priority")})
+    p = page(runner)
+    _asked(p, wait_until)
+    p.publish(ev(events.RunStarted, 650, attempt=3, scheduler="slurm", job_id="90"))
+    wait_until(lambda: "SLURM job 90" in p.panel.status.object, timeout=5, what="job 90")
+    wait_until(lambda: p.buttons() == (True, False, True), timeout=5, what="job 90's buttons")
+
+
+def test_served_session_gets_refreshes_on_its_own_event_loop(
+    make_run: Callable[..., Path],
+    hub: WatcherHub,
+    wait_until: WaitUntil,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Served, the background thread's answer is applied by the session's event loop (a
+    next-tick callback), never by the thread that ran ``scontrol``; an ``scontrol`` on PATH
+    (a script) is what the page shows."""
+    fake = tmp_path / "bin" / "scontrol"
+    fake.parent.mkdir()
+    fake.write_text(
+        "#!/bin/sh\necho JobId=77 JobState=PENDING Reason=JobHeldAdmin Requeue=1 Restarts=2\n"
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:/usr/bin:/bin")
+    shown_by: list[str] = []
+    show = SchedulerPanel._show
+
+    def recording(self: SchedulerPanel, info: scheduler.SchedulerInfo) -> None:
+        if info.asked:
+            shown_by.append(threading.current_thread().name)
+        show(self, info)
+
+    monkeypatch.setattr(SchedulerPanel, "_show", recording)
+    root = make_run()
+    made: list[Dashboard] = []
+
+    def app() -> Dashboard:
+        made.append(Dashboard(root, options=DashOptions(watch="inotify"), hub=hub))
+        return made[-1]
+
+    thread = pn.serve({"/": app}, port=0, threaded=True, show=False, verbose=False)
+    try:
+        wait_until(lambda: thread.server_id in pn.state._servers, what="the server")
+        port = pn.state._servers[thread.server_id][0].port
+        with urllib.request.urlopen(f"http://localhost:{port}/", timeout=30) as response:
+            assert response.status == 200
+        (d,) = made
+        wait_until(lambda: "JobHeldAdmin" in d.scheduler.status.object, what="the served view")
+        assert "<b>held</b>" in d.scheduler.status.object
+        assert not d.scheduler.release_button.disabled
+        assert shown_by
+        assert "ckptdash-scheduler" not in shown_by
+    finally:
+        for d in made:
+            d.close()
+        thread.stop()
+        thread.join(10)
