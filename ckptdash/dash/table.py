@@ -8,7 +8,7 @@ from typing import Any, Final
 
 import pandas as pd
 import panel as pn
-from bokeh.models.widgets.tables import NumberFormatter
+from bokeh.models.widgets.tables import DateFormatter, NumberFormatter
 
 from ckptdash.dash.controls import Controls, button
 from ckptdash.dash.model import DashModel
@@ -93,10 +93,18 @@ class CheckpointTable(pn.viewable.Viewer):  # type: ignore[misc]
             sizing_mode="stretch_width",
             layout="fit_data_stretch",
             hidden_columns=["path"],  # kept for the pin; "file" is what a person reads
+            # Every typed column gets its formatter here: Panel derives the defaults from the
+            # dtypes of the frame the page first rendered, which is the empty one (all objects)
+            # whenever the page opens before the first read, and never revisits them.
             formatters={
+                "step": NumberFormatter(format="0,0", nan_format="–"),
+                "epoch": NumberFormatter(format="0", nan_format="–"),
+                "time": DateFormatter(format="%Y-%m-%d %H:%M:%S", nan_format="–"),
                 "size": NumberFormatter(format="0.0 b", nan_format="–"),
                 "save s": NumberFormatter(format="0.00", nan_format="–"),
+                "attempt": NumberFormatter(format="0", nan_format="–"),
             },
+            text_align={"step": "right", "epoch": "right", "attempt": "right"},
         )
         self.pin_button = button("Resume from this", "primary", disabled=True)
         self.pin_button.on_click(self._pin)
