@@ -13,6 +13,7 @@ from typing import Any, Final
 
 import pandas as pd
 import panel as pn
+from bokeh.models.widgets.tables import NumberFormatter
 
 from ckptdash.dash import goodput, text
 from ckptdash.dash.model import DashModel, rates, run_status
@@ -193,6 +194,13 @@ class RunList(pn.viewable.Viewer):  # type: ignore[misc]
             height=180,
             sizing_mode="stretch_width",
             layout="fit_data_stretch",
+            # Explicit: the defaults would come from the empty first frame (see table.py).
+            formatters={
+                "attempt": NumberFormatter(format="0", nan_format="–"),
+                "step": NumberFormatter(format="0,0", nan_format="–"),
+                "events": NumberFormatter(format="0,0", nan_format="–"),
+            },
+            text_align={"attempt": "right", "step": "right", "events": "right"},
         )
         self._heading = pn.pane.HTML("", stylesheets=[CSS], margin=(0, 10))
         self._layout = pn.Column(
