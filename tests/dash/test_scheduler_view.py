@@ -387,9 +387,13 @@ def test_served_session_gets_refreshes_on_its_own_event_loop(
         with urllib.request.urlopen(f"http://localhost:{port}/", timeout=30) as response:
             assert response.status == 200
         (d,) = made
-        wait_until(lambda: "JobHeldAdmin" in d.scheduler.status.object, what="the served view")
+        # The event loop sets the text, then the buttons: wait for the last of them.
+        wait_until(
+            lambda: "JobHeldAdmin" in d.scheduler.status.object
+            and not d.scheduler.release_button.disabled,
+            what="the served view",
+        )
         assert "<b>held</b>" in d.scheduler.status.object
-        assert not d.scheduler.release_button.disabled
         assert shown_by
         assert "ckptdash-scheduler" not in shown_by
     finally:
