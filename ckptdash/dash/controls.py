@@ -57,6 +57,18 @@ def relabel(widget: Any, label: str, color: str) -> None:
         widget.param.update(name=label, button_type=color)
 
 
+def confirmation(question: str, detail: str, confirm: Any, cancel: Any) -> Any:
+    """A hidden row that asks ``question`` before a destructive action; show it on the click."""
+    return pn.Row(
+        pn.pane.HTML(
+            f"<div class='ck'><b>{esc(question)}</b> {esc(detail)}</div>", stylesheets=[CSS]
+        ),
+        confirm,
+        cancel,
+        visible=False,
+    )
+
+
 def button_label(widget: Any) -> str:
     return str(widget.label if _NEW_BUTTON_API else widget.name)
 
@@ -152,15 +164,11 @@ class Controls(pn.viewable.Viewer):  # type: ignore[misc]
         self.confirm_button = button("Confirm stop", "danger")
         self.cancel_button = button("Cancel")
         self.message = pn.pane.HTML("", stylesheets=[CSS], margin=(5, 10))
-        self.confirm_row = pn.Row(
-            pn.pane.HTML(
-                "<div class='ck'><b>Stop the job?</b> It saves at the next step, then ends"
-                " without requeue.</div>",
-                stylesheets=[CSS],
-            ),
+        self.confirm_row = confirmation(
+            "Stop the job?",
+            "It saves at the next step, then ends without requeue.",
             self.confirm_button,
             self.cancel_button,
-            visible=False,
         )
         self.save_button.on_click(lambda _: self.run_action(self.actions.save_now))
         self.stop_button.on_click(lambda _: self._ask_confirmation(True))

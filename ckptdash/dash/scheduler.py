@@ -26,12 +26,12 @@ from typing import Any, Final
 import panel as pn
 
 from ckptdash import slurm_admin
-from ckptdash.dash.controls import Controls, button
+from ckptdash.dash.controls import Controls, button, confirmation
 from ckptdash.dash.delivery import Delivery
 from ckptdash.dash.model import DashModel
 from ckptdash.dash.snapshot import RunSnapshot
 from ckptdash.dash.text import esc
-from ckptdash.dash.views import CSS, html_pane
+from ckptdash.dash.views import html_pane
 from ckptdash.errors import ControlError
 
 POLL_INTERVAL_S: Final = 3.0
@@ -149,15 +149,11 @@ class SchedulerPanel(pn.viewable.Viewer):  # type: ignore[misc]
         self.cancel_job_button = button("Cancel pending job…", "danger", disabled=True)
         self.confirm_cancel_button = button("Confirm cancel", "danger")
         self.keep_button = button("Keep it")
-        self.confirm_row = pn.Row(
-            pn.pane.HTML(
-                "<div class='ck'><b>Cancel the pending job?</b> SLURM removes it from the queue;"
-                " the run keeps its checkpoints.</div>",
-                stylesheets=[CSS],
-            ),
+        self.confirm_row = confirmation(
+            "Cancel the pending job?",
+            "SLURM removes it from the queue; the run keeps its checkpoints.",
             self.confirm_cancel_button,
             self.keep_button,
-            visible=False,
         )
         self.hold_button.on_click(lambda _: self.controls.run_action(self.hold))
         self.release_button.on_click(lambda _: self.controls.run_action(self.release))
