@@ -389,8 +389,10 @@ def test_served_session_gets_refreshes_on_its_own_event_loop(
         (d,) = made
         # The event loop sets the text, then the buttons: wait for the last of them.
         wait_until(
-            lambda: "JobHeldAdmin" in d.scheduler.status.object
-            and not d.scheduler.release_button.disabled,
+            lambda: (
+                "JobHeldAdmin" in d.scheduler.status.object
+                and not d.scheduler.release_button.disabled
+            ),
             what="the served view",
         )
         assert "<b>held</b>" in d.scheduler.status.object
