@@ -37,13 +37,15 @@ from ckptdash.dash.scheduler import SchedulerPanel
 from ckptdash.dash.table import CheckpointTable
 from ckptdash.dash.text import esc
 from ckptdash.dash.timeline import Timeline
-from ckptdash.dash.views import CSS, CommandsView, GoodputView, RunList, StatusHeader
+from ckptdash.dash.views import CommandsView, GoodputView, RunList, StatusHeader, html_pane
 from ckptdash.dash.watch import RunWatcher
 from ckptdash.errors import CkptDashError
 
 RUN_DIR_ENV: Final = "CKPTDASH_RUN_DIR"
 """The run directory (or folder of runs) when none is given: this variable, else ``./runs``."""
 DEFAULT_PORT: Final = 5006
+FIRST_READ_WAIT_S: Final = 10.0
+"""How long ``dashboard()`` waits for the first read of its path (a 1M-event log: ~1 s)."""
 
 
 def default_path() -> str:
@@ -120,7 +122,7 @@ class Dashboard(pn.viewable.Viewer):  # type: ignore[misc]
         self.timeline = Timeline(self.model)
         self.commands = CommandsView(self.model)
         self.goodput = GoodputView(self.model)
-        self._title = pn.pane.HTML("", stylesheets=[CSS], sizing_mode="stretch_width")
+        self._title = html_pane()
         self.model.param.watch(self._render_title, ["watching"])
         self._render_title()
         self._layout = pn.Column(
@@ -209,7 +211,12 @@ def dashboard(path: str | os.PathLike[str] | None = None, **options: Any) -> Das
     if not _notebook_ready and _in_kernel():
         pn.extension("tabulator", inline=True)
         _notebook_ready = True
-    return Dashboard(path, options=DashOptions(**options))
+    dash = Dashboard(path, options=DashOptions(**options))
+    # A change sent before the front end has opened the widget's comm is lost, and an idle
+    # run sends no other: wait for the first read so that the first render shows the run.
+    if dash.watcher.wait_loaded(FIRST_READ_WAIT_S) and (latest := dash.watcher.latest):
+        dash.model.publish(latest)
+    return dash
 
 
 def _in_kernel() -> bool:

@@ -23,7 +23,7 @@ from ckptdash import control
 from ckptdash.dash.model import DashModel
 from ckptdash.dash.snapshot import RunSnapshot
 from ckptdash.dash.text import esc
-from ckptdash.dash.views import CSS
+from ckptdash.dash.views import HtmlPane
 from ckptdash.errors import CkptDashError, ControlError
 
 COMMAND_TTL_S = 600.0
@@ -60,9 +60,7 @@ def relabel(widget: Any, label: str, color: str) -> None:
 def confirmation(question: str, detail: str, confirm: Any, cancel: Any) -> Any:
     """A hidden row that asks ``question`` before a destructive action; show it on the click."""
     return pn.Row(
-        pn.pane.HTML(
-            f"<div class='ck'><b>{esc(question)}</b> {esc(detail)}</div>", stylesheets=[CSS]
-        ),
+        HtmlPane(f"<div class='ck'><b>{esc(question)}</b> {esc(detail)}</div>"),
         confirm,
         cancel,
         visible=False,
@@ -163,7 +161,7 @@ class Controls(pn.viewable.Viewer):  # type: ignore[misc]
         self.clear_pin_button = button("Clear resume pin", disabled=True)
         self.confirm_button = button("Confirm stop", "danger")
         self.cancel_button = button("Cancel")
-        self.message = pn.pane.HTML("", stylesheets=[CSS], margin=(5, 10))
+        self.message = HtmlPane(margin=(5, 10))
         self.confirm_row = confirmation(
             "Stop the job?",
             "It saves at the next step, then ends without requeue.",

@@ -13,7 +13,7 @@ from bokeh.models.widgets.tables import DateFormatter, NumberFormatter
 from ckptdash.dash.controls import Controls, button
 from ckptdash.dash.model import DashModel
 from ckptdash.dash.snapshot import RunSnapshot
-from ckptdash.dash.views import CSS
+from ckptdash.dash.views import HtmlPane
 
 COLUMNS: Final = [
     "step",
@@ -113,7 +113,7 @@ class CheckpointTable(pn.viewable.Viewer):  # type: ignore[misc]
         self._selected_path: str | None = None
         self._layout = pn.Column(
             pn.Row(
-                pn.pane.HTML("<div class='ck'><h4>Checkpoints</h4></div>", stylesheets=[CSS]),
+                HtmlPane("<div class='ck'><h4>Checkpoints</h4></div>"),
                 self.pin_button,
             ),
             self.table,

@@ -68,9 +68,25 @@ def badge(status: str) -> str:
     return f'<span class="badge" style="background:{color}">{esc(status)}</span>'
 
 
+class HtmlPane(pn.pane.HTML):  # type: ignore[misc]
+    """Panel's HTML pane, styled with the dashboard's CSS (inside its shadow root), that sends
+    only its text when its object changes.
+
+    Panel's own pane sends every property on each change, stylesheets included; in a notebook
+    those are rebuilt as links to cdn.holoviz.org (only the first render inlines them), so an
+    offline login node would ask the internet for them at every update.
+    """
+
+    def __init__(self, object: str = "", **params: Any) -> None:
+        super().__init__(object, **{"stylesheets": [CSS], **params})
+
+    def _update(self, ref: str, model: Any) -> None:
+        model.update(text=self._get_properties(model.document)["text"])
+
+
 def html_pane(**params: Any) -> Any:
-    """An HTML pane styled with the dashboard's CSS (inside its shadow root)."""
-    return pn.pane.HTML("", stylesheets=[CSS], sizing_mode="stretch_width", **params)
+    """A full-width :class:`HtmlPane`."""
+    return HtmlPane(sizing_mode="stretch_width", **params)
 
 
 class HtmlView(pn.viewable.Viewer):  # type: ignore[misc]
@@ -202,7 +218,7 @@ class RunList(pn.viewable.Viewer):  # type: ignore[misc]
             },
             text_align={"attempt": "right", "step": "right", "events": "right"},
         )
-        self._heading = pn.pane.HTML("", stylesheets=[CSS], margin=(0, 10))
+        self._heading = HtmlPane(margin=(0, 10))
         self._layout = pn.Column(
             self._heading,
             self._table,

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from ckptdash import control, events
-from ckptdash.dash.app import Dashboard, DashOptions
+from ckptdash.dash.app import Dashboard, DashOptions, dashboard
 from ckptdash.dash.controls import ControlActions, button_label
 from ckptdash.dash.hub import WatcherHub
 from ckptdash.dash.model import DashModel
@@ -180,6 +180,19 @@ def test_selection_follows_the_checkpoint_when_rows_move(
     wait_until(lambda: dash.table.table.selection == [2], timeout=5, what="the moved selection")
     assert len(dash.table.table.value) == 5
     assert dash.table._selected_path == "/ck/sig.ckpt"
+
+
+def test_the_notebook_widget_is_returned_with_its_first_read_done(
+    make_run: Callable[..., Path],
+) -> None:
+    """ckptdash.dashboard() returns a widget that already shows the run: in a notebook, a
+    change made before the front end opened the widget's comm never reaches the page."""
+    d = dashboard(make_run())
+    try:
+        assert d.model.loaded and d.model.run is not None
+        assert "reading" not in d.header._pane.object
+    finally:
+        d.close()
 
 
 def test_actions_refuse_without_a_run(tmp_path: Path) -> None:
