@@ -147,6 +147,11 @@ class Dashboard(pn.viewable.Viewer):  # type: ignore[misc]
         self._unsubscribe = self.watcher.subscribe(self._delivery)
         if doc is not None and doc.session_context is not None:
             pn.state.on_session_destroyed(lambda _context: self.close())
+            pn.state.onload(self._page_loaded)  # from then on the views take every update
+
+    def _page_loaded(self) -> None:
+        self._delivery.ready()
+        self.scheduler.ready()
 
     def __panel__(self) -> Any:
         return self._layout
@@ -156,8 +161,8 @@ class Dashboard(pn.viewable.Viewer):  # type: ignore[misc]
         """Apply no snapshot while the block runs (one being applied finishes first).
 
         For code that changes the widgets from a thread of its own while the
-        widget is live in a notebook; a served session applies snapshots on its
-        event loop, where its widgets change anyway.
+        widget is live in a notebook (a served session's widgets change on its
+        event loop: Panel schedules every change there).
         """
         with self._delivery.render_lock:
             yield

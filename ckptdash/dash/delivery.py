@@ -5,10 +5,15 @@ Panel sends a widget's change only to the Bokeh models that exist at that
 moment. A change made from another thread while a session is still building
 its models (the page is being rendered) is therefore lost for good: the
 Save-now button stayed disabled on a loaded page until it was reloaded. So a
-snapshot is never applied while the view renders:
+value is never applied while the view renders:
 
-* on a server, it is applied on the session's own event loop (the only
-  thread that builds or changes that document), coalesced to the newest;
+* on a server, values wait until the page has loaded (Panel's ``onload``; the
+  newest one is kept), then are applied from the background thread, which
+  makes Panel schedule each model change on the session's event loop: its
+  standard path for changes from other threads. (Applying them *on* the event
+  loop instead, in a next-tick callback, sends them through Panel's direct
+  websocket writes, which now and then lost one on a page that had just
+  loaded.)
 * in a notebook, where the kernel's main thread is busy training and the
   widget must update from the watcher's thread, rendering and applying hold
   one lock.
@@ -16,24 +21,19 @@ snapshot is never applied while the view renders:
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
-
-from panel.io.state import set_curdoc
-
-log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
 
 class Delivery(Generic[T]):
-    """Calls ``apply`` with values from any thread where the session's models can take them;
-    a burst is coalesced to the newest value.
+    """Calls ``apply`` with values from any thread once the session's models can take them.
 
-    ``doc`` is the session's Bokeh document when served, None in a notebook.
-    Deliveries of one session share ``render_lock`` (the first one's, by default).
+    ``doc`` is the session's Bokeh document when served (then call :meth:`ready`
+    once the page has loaded), None in a notebook. Deliveries of one session
+    share ``render_lock`` (the first one's, by default).
     """
 
     def __init__(
@@ -44,10 +44,11 @@ class Delivery(Generic[T]):
         render_lock: threading.RLock | None = None,
     ) -> None:
         self._apply = apply
-        self._doc = doc if doc is not None and doc.session_context is not None else None
+        self._served = doc is not None and doc.session_context is not None
         # Held while a notebook renders the view.
         self.render_lock = render_lock if render_lock is not None else threading.RLock()
-        self._pending_lock = threading.Lock()
+        self._lock = threading.Lock()
+        self._ready = not self._served
         self._pending: T | None = None
         self._closed = False
 
@@ -55,25 +56,22 @@ class Delivery(Generic[T]):
         """Take a value (from any thread)."""
         if self._closed:
             return
-        if self._doc is None:
-            with self.render_lock:
-                self._apply(value)
+        if self._served:
+            with self._lock:
+                if not self._ready:
+                    self._pending = value  # the newest waits for the page
+                    return
+            self._apply(value)
             return
-        with self._pending_lock:
-            scheduled = self._pending is not None
-            self._pending = value  # a slow event loop gets the newest, not a backlog
-        if not scheduled:
-            try:
-                self._doc.add_next_tick_callback(self._flush)  # Bokeh: safe from any thread
-            except Exception:  # the session is gone; close() follows
-                log.debug("ckptdash: session closed; snapshot dropped", exc_info=True)
+        with self.render_lock:
+            self._apply(value)
 
-    def _flush(self) -> None:
-        with self._pending_lock:
+    def ready(self) -> None:
+        """The page has loaded: apply what waited, and from now on every value at once."""
+        with self._lock:
+            self._ready = True
             value, self._pending = self._pending, None
-        if value is None or self._closed:
-            return
-        with set_curdoc(self._doc):
+        if value is not None and not self._closed:
             self._apply(value)
 
     def close(self) -> None:

@@ -110,7 +110,8 @@ class SchedulerPanel(pn.viewable.Viewer):  # type: ignore[misc]
     ``doc`` is the session's Bokeh document when served (None in a notebook) and
     ``render_lock`` the lock the notebook holds while it renders (the dashboard's
     :class:`~ckptdash.dash.delivery.Delivery`'s): refreshes from the background thread are
-    applied under it, or on the session's event loop. ``runner`` replaces SLURM's commands
+    applied under it, or once the served page has loaded (:meth:`ready`). ``runner`` replaces
+    SLURM's commands
     in tests. Outcomes of clicks appear in ``controls``' message line. Call :meth:`close`;
     the thread also ends once ``alive()`` is false (the dashboard's watcher stopped: a served
     session that was never closed, e.g. the server stopped before the browser left).
@@ -302,6 +303,10 @@ class SchedulerPanel(pn.viewable.Viewer):  # type: ignore[misc]
         with self._lock:
             self._again = True
         self._wake.set()
+
+    def ready(self) -> None:
+        """The served page has loaded: show SLURM's answers from now on."""
+        self._post.ready()
 
     def close(self) -> None:
         """Stop the background thread (it ends after a command in flight) and its updates."""

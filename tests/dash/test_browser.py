@@ -249,3 +249,29 @@ def test_rows_that_arrive_after_the_page_opened_show_dates_and_numbers(
             expect(row).to_contain_text("12,345")
         finally:
             context.close()
+
+
+def test_scheduler_line_shows_slurms_view_of_the_job(
+    browser: Any, make_run: Callable[..., Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """For a run SLURM ran, the page shows what `scontrol show job` says about its job (a
+    script on PATH stands in for SLURM here; tests/slurm drives a real one), with the buttons
+    that state allows: a held pending job can be released and cancelled, not held again."""
+    fake = tmp_path / "bin" / "scontrol"
+    fake.parent.mkdir()
+    fake.write_text(
+        "#!/bin/sh\necho JobId=77 JobState=PENDING Reason=JobHeldAdmin Requeue=1 Restarts=2\n"
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
+    with ServeProcess(make_run()) as server:
+        context = browser.new_context(viewport={"width": 1400, "height": 1000})
+        try:
+            page = context.new_page()
+            page.goto(server.url)
+            expect(page.get_by_text("JobHeldAdmin")).to_be_visible(timeout=30_000)
+            expect(page.get_by_role("button", name="Release job")).to_be_enabled()
+            expect(page.get_by_role("button", name="Cancel pending job…")).to_be_enabled()
+            expect(page.get_by_role("button", name="Hold pending job")).to_be_disabled()
+        finally:
+            context.close()

@@ -9,13 +9,11 @@ auto-requeue toggle is mirrored onto the job as Requeue=0/1.
 from __future__ import annotations
 
 import threading
-import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import panel as pn
 import pytest
 
 from ckptdash import control, events
@@ -345,61 +343,3 @@ def test_the_panel_follows_the_newest_attempts_job(
     p.publish(ev(events.RunStarted, 650, attempt=3, scheduler="slurm", job_id="90"))
     wait_until(lambda: "SLURM job 90" in p.panel.status.object, timeout=5, what="job 90")
     wait_until(lambda: p.buttons() == (True, False, True), timeout=5, what="job 90's buttons")
-
-
-def test_served_session_gets_refreshes_on_its_own_event_loop(
-    make_run: Callable[..., Path],
-    hub: WatcherHub,
-    wait_until: WaitUntil,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Served, the background thread's answer is applied by the session's event loop (a
-    next-tick callback), never by the thread that ran ``scontrol``; an ``scontrol`` on PATH
-    (a script) is what the page shows."""
-    fake = tmp_path / "bin" / "scontrol"
-    fake.parent.mkdir()
-    fake.write_text(
-        "#!/bin/sh\necho JobId=77 JobState=PENDING Reason=JobHeldAdmin Requeue=1 Restarts=2\n"
-    )
-    fake.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{fake.parent}:/usr/bin:/bin")
-    shown_by: list[str] = []
-    show = SchedulerPanel._show
-
-    def recording(self: SchedulerPanel, info: scheduler.SchedulerInfo) -> None:
-        if info.asked:
-            shown_by.append(threading.current_thread().name)
-        show(self, info)
-
-    monkeypatch.setattr(SchedulerPanel, "_show", recording)
-    root = make_run()
-    made: list[Dashboard] = []
-
-    def app() -> Dashboard:
-        made.append(Dashboard(root, options=DashOptions(watch="inotify"), hub=hub))
-        return made[-1]
-
-    thread = pn.serve({"/": app}, port=0, threaded=True, show=False, verbose=False)
-    try:
-        wait_until(lambda: thread.server_id in pn.state._servers, what="the server")
-        port = pn.state._servers[thread.server_id][0].port
-        with urllib.request.urlopen(f"http://localhost:{port}/", timeout=30) as response:
-            assert response.status == 200
-        (d,) = made
-        # The event loop sets the text, then the buttons: wait for the last of them.
-        wait_until(
-            lambda: (
-                "JobHeldAdmin" in d.scheduler.status.object
-                and not d.scheduler.release_button.disabled
-            ),
-            what="the served view",
-        )
-        assert "<b>held</b>" in d.scheduler.status.object
-        assert shown_by
-        assert "ckptdash-scheduler" not in shown_by
-    finally:
-        for d in made:
-            d.close()
-        thread.stop()
-        thread.join(10)
