@@ -238,9 +238,8 @@ def test_rows_that_arrive_after_the_page_opened_show_dates_and_numbers(
             page = context.new_page()
             page.goto(server.url)
             expect(page.get_by_role("button", name="Save now")).to_be_enabled(timeout=60_000)
-            # The (empty) table is built in the browser before the row arrives. Once, on a
-            # loaded machine, a row sent right after the page loaded never showed (the header
-            # had it); the cause is not pinned down (README, "Not yet").
+            # The (empty) table is built in the browser before the row arrives, as for a user
+            # who opened the page on a young run.
             expect(page.locator(".tabulator-col[tabulator-field=trigger]")).to_be_visible()
             trainer.save(12_345)
             row = page.locator(".tabulator-row", has_text="step=12345-periodic.ckpt")
