@@ -34,6 +34,8 @@ from ckptdash.dash.hub import WatcherHub, shared_hub
 from ckptdash.dash.model import DEFAULT_STALE_AFTER_S, DashModel
 from ckptdash.dash.mounts import WATCH_MODES, WatchMode
 from ckptdash.dash.scheduler import SchedulerPanel
+from ckptdash.dash.snapshot import FolderSnapshot
+from ckptdash.dash.subshell import SubshellRoute
 from ckptdash.dash.table import CheckpointTable
 from ckptdash.dash.text import esc
 from ckptdash.dash.timeline import Timeline
@@ -108,7 +110,10 @@ class Dashboard(pn.viewable.Viewer):  # type: ignore[misc]
         self.runs = RunList(self.model)
         self.controls = Controls(self.model, self.actions)
         doc = pn.state.curdoc
-        self._delivery = Delivery(self.model.publish, doc)
+        served = doc is not None and doc.session_context is not None
+        # In a kernel the widget's clicks go to a subshell, so they act while a cell trains.
+        self._subshells = SubshellRoute() if not served and _in_kernel() else None
+        self._delivery = Delivery(self._take, doc)
         self.scheduler = SchedulerPanel(
             self.model,
             self.controls,
@@ -148,6 +153,11 @@ class Dashboard(pn.viewable.Viewer):  # type: ignore[misc]
         if doc is not None and doc.session_context is not None:
             pn.state.on_session_destroyed(lambda _context: self.close())
             pn.state.onload(self._page_loaded)  # from then on the views take every update
+
+    def _take(self, folder: FolderSnapshot) -> None:
+        self.model.publish(folder)
+        if self._subshells is not None:  # the widget's comms open once the page shows it
+            self._subshells.route(client for _, client in list(self._layout._comms.values()))
 
     def _page_loaded(self) -> None:
         self._delivery.ready()

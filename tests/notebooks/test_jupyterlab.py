@@ -331,10 +331,10 @@ def _look(page: Page, last: int, timeout_ms: float) -> dict[str, Any]:
 def test_widget_follows_training_while_the_cell_runs(lab: Lab) -> None:
     """In JupyterLab, cell 1 shows ``ckptdash.dashboard(run_dir)``; cell 2 trains a Lightning
     model for ~25 s. While cell 2 is still running, the step in cell 1's widget advances at
-    least twice (three increasing values, each read while cell 2's prompt is ``[*]``), and
-    ``ckptdash save`` run meanwhile makes the training save, answered in the widget before
-    the cell ends. The browser has no internet: the widget's JavaScript must come inline from
-    the kernel."""
+    least twice (three increasing values, each read while cell 2's prompt is ``[*]``); a click
+    on the widget's Save now, and then ``ckptdash save``, each make the training save,
+    answered in the widget before the cell ends. The browser has no internet: the widget's
+    JavaScript must come inline from the kernel."""
     # Without this the widget's cell may leave the DOM once the notebook scrolls to cell 2.
     tracker = lab.api("GET", "/lab/api/settings/@jupyterlab/notebook-extension:tracker")
     assert tracker["settings"]["windowingMode"] == "none"
@@ -378,15 +378,20 @@ def test_widget_follows_training_while_the_cell_runs(lab: Lab) -> None:
                 seen.append(int(look["step"]))
             assert seen == sorted(set(seen)), seen
 
-            # Saving while the cell runs, the way the README gives (the widget's own button
-            # waits for the kernel, which is busy training): the command line, from outside.
+            # Save now in the widget while the cell trains: the click is handled by a kernel
+            # subshell (the main thread is busy in fit()), the job saves at its next step, and
+            # the widget shows the command applied, all before the cell ends.
             run = lab.root / "run"
-            subprocess.run([sys.executable, "-m", "ckptdash", "save", str(run)], check=True)
+            widget.get_by_role("button", name="Save now").click()
             applied = widget.locator("td", has_text="applied")
             expect(applied.first).to_be_visible(timeout=20_000)
-            expect(prompt).to_contain_text("*")  # still training when the answer showed
+            expect(prompt).to_contain_text("*")
             manual = [c for c in load_state(run).checkpoints.values() if c.trigger == "manual"]
             assert len(manual) == 1 and manual[0].status == "saved", manual
+            # The same from outside the notebook: the command line.
+            subprocess.run([sys.executable, "-m", "ckptdash", "save", str(run)], check=True)
+            expect(applied).to_have_count(2, timeout=20_000)
+            expect(prompt).to_contain_text("*")
 
             # The cell ends by itself (max_time): the training was real and finished.
             expect(prompt).to_have_text("[2]:", timeout=(TRAIN_SECONDS + 60) * 1000)

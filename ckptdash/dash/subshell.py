@@ -1,0 +1,96 @@
+"""Let the notebook widget's buttons act while another cell blocks the kernel.
+
+A click on the widget is a comm message, and a kernel handles comm messages on
+its main thread: the one that runs ``trainer.fit()``. So without help a click on
+*Save now* waits for the training cell to end. ipykernel 7 runs *subshells*
+(Jupyter's JEP 91): more shell threads, each with its own queue. This module
+asks the kernel for one subshell (a ``create_subshell_request`` on the
+kernel's own control channel, as a front end sends it) and routes the messages
+of the widget's comms to it, where they are handled while the main thread
+trains. The routing uses ipykernel's per-comm reply route
+(``Comm._reply_subshell_for``), which is not a public API: where it or
+subshells are missing, nothing changes and clicks wait as before.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+class SubshellRoute:
+    """Routes the comms of rendered Panel views to one subshell of this kernel."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._subshell: str | None = None
+        self._tried = False
+        self._routed: set[str] = set()
+
+    def route(self, client_comms: Iterable[Any]) -> int:
+        """Route every opened comm among ``client_comms`` (pyviz_comms client comms) not yet
+        routed; returns how many comms are routed so far. Cheap when there is nothing new."""
+        opened = [c._comm for c in client_comms if getattr(c, "_comm", None) is not None]
+        new = [c for c in opened if getattr(c, "comm_id", None) not in self._routed]
+        if not new:
+            return len(self._routed)
+        subshell = self._subshell_id()
+        if subshell is None:
+            return 0
+        with self._lock:
+            for comm in new:
+                if not hasattr(comm, "_reply_subshell_for"):
+                    continue  # an ipykernel without per-comm routes
+                comm._reply_subshell_for = lambda data, default, sid=subshell: sid
+                self._routed.add(comm.comm_id)
+        return len(self._routed)
+
+    def _subshell_id(self) -> str | None:
+        with self._lock:
+            if not self._tried:
+                self._tried = True
+                self._subshell = _create_subshell()
+            return self._subshell
+
+
+def _create_subshell() -> str | None:
+    """A new subshell of the kernel this code runs in, or None where there is none to have."""
+    kernel = _kernel()
+    if kernel is None or not getattr(kernel, "_supports_kernel_subshells", False):
+        return None
+    try:
+        from ipykernel import get_connection_file
+        from jupyter_client.blocking.client import BlockingKernelClient
+
+        client = BlockingKernelClient(connection_file=get_connection_file())
+        client.load_connection_file()
+        channel = client.control_channel
+        channel.start()
+        try:
+            msg = client.session.msg("create_subshell_request", {})
+            channel.send(msg)
+            while True:
+                reply = channel.get_msg(timeout=10)
+                if reply["parent_header"].get("msg_id") == msg["header"]["msg_id"]:
+                    break
+        finally:
+            channel.stop()
+            client.stop_channels()
+    except Exception:  # no subshell: clicks wait for the main thread, as without ckptdash
+        log.info("ckptdash: no kernel subshell for the widget's clicks", exc_info=True)
+        return None
+    content = reply.get("content", {})
+    subshell = content.get("subshell_id")
+    return str(subshell) if content.get("status") == "ok" and subshell else None
+
+
+def _kernel() -> Any | None:
+    ipython = sys.modules.get("IPython")
+    get = getattr(ipython, "get_ipython", None)
+    shell = get() if get is not None else None
+    return getattr(shell, "kernel", None)
