@@ -157,7 +157,8 @@ class Dashboard(pn.viewable.Viewer):  # type: ignore[misc]
     def _take(self, folder: FolderSnapshot) -> None:
         self.model.publish(folder)
         if self._subshells is not None:  # the widget's comms open once the page shows it
-            self._subshells.route(client for _, client in list(self._layout._comms.values()))
+            clients = [client for _, client in list(self._layout._comms.values())]
+            self._subshells.route(clients, self._delivery.render_lock)
 
     def _page_loaded(self) -> None:
         self._delivery.ready()

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import sys
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -32,22 +32,30 @@ class SubshellRoute:
         self._tried = False
         self._routed: set[str] = set()
 
-    def route(self, client_comms: Iterable[Any]) -> int:
+    def route(self, client_comms: Iterable[Any], lock: threading.RLock) -> int:
         """Route every opened comm among ``client_comms`` (pyviz_comms client comms) not yet
-        routed; returns how many comms are routed so far. Cheap when there is nothing new."""
-        opened = [c._comm for c in client_comms if getattr(c, "_comm", None) is not None]
-        new = [c for c in opened if getattr(c, "comm_id", None) not in self._routed]
+        routed, its messages handled under ``lock`` (the lock the widget's updates hold: the
+        subshell's thread and the watcher's never change the widgets at once); returns how
+        many comms are routed so far. Cheap when there is nothing new."""
+        new = [
+            c
+            for c in client_comms
+            if getattr(c, "_comm", None) is not None
+            and getattr(c._comm, "comm_id", None) not in self._routed
+            and hasattr(c._comm, "_reply_subshell_for")  # else an ipykernel without routes
+        ]
         if not new:
             return len(self._routed)
         subshell = self._subshell_id()
         if subshell is None:
             return 0
         with self._lock:
-            for comm in new:
-                if not hasattr(comm, "_reply_subshell_for"):
-                    continue  # an ipykernel without per-comm routes
-                comm._reply_subshell_for = lambda data, default, sid=subshell: sid
-                self._routed.add(comm.comm_id)
+            for client in new:
+                handler = client._on_msg
+                if handler is not None:
+                    client._on_msg = _holding(lock, handler)
+                client._comm._reply_subshell_for = lambda data, default, sid=subshell: sid
+                self._routed.add(client._comm.comm_id)
         return len(self._routed)
 
     def _subshell_id(self) -> str | None:
@@ -56,6 +64,14 @@ class SubshellRoute:
                 self._tried = True
                 self._subshell = _create_subshell()
             return self._subshell
+
+
+def _holding(lock: threading.RLock, handler: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    def handle(msg: Any) -> Any:
+        with lock:
+            return handler(msg)
+
+    return handle
 
 
 def _create_subshell() -> str | None:

@@ -6,6 +6,7 @@ Inside a real kernel the routing is proven end to end by tests/notebooks/test_ju
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,12 +25,14 @@ class FakeKernelComm:
 @dataclass
 class FakeClientComm:
     _comm: FakeKernelComm | None
+    _on_msg: Any = None
 
 
 def test_outside_a_kernel_no_comm_is_rerouted() -> None:
     """No kernel, no subshell: every comm keeps the kernel's own route (the main shell)."""
     comm = FakeKernelComm("c1")
     route = SubshellRoute()
-    assert route.route([FakeClientComm(comm), FakeClientComm(None)]) == 0
+    lock = threading.RLock()
+    assert route.route([FakeClientComm(comm), FakeClientComm(None)], lock) == 0
     assert comm._reply_subshell_for({}, None) is None
-    assert route.route([]) == 0
+    assert route.route([], lock) == 0
