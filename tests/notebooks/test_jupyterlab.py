@@ -60,7 +60,7 @@ REPO = Path(__file__).parents[2]
 KERNEL = "ckptdash-test-venv"
 NOTEBOOK = "live.ipynb"
 LOCAL_HOSTS = {"127.0.0.1", "localhost"}
-TRAIN_SECONDS = 25  # the training cell's busy time: Lightning's max_time, whatever the load
+TRAIN_SECONDS = 35  # the training cell's busy time: Lightning's max_time, whatever the load
 
 # Cell 1: the widget, as the quickstart shows it. The kernel's pid lets the teardown make sure
 # the kernel is gone even if the server did not stop it.
@@ -330,10 +330,10 @@ def _look(page: Page, last: int, timeout_ms: float) -> dict[str, Any]:
 
 def test_widget_follows_training_while_the_cell_runs(lab: Lab) -> None:
     """In JupyterLab, cell 1 shows ``ckptdash.dashboard(run_dir)``; cell 2 trains a Lightning
-    model for ~25 s. While cell 2 is still running, the step in cell 1's widget advances at
+    model for ~35 s. While cell 2 is still running, the step in cell 1's widget advances at
     least twice (three increasing values, each read while cell 2's prompt is ``[*]``); a click
-    on the widget's Save now, and then ``ckptdash save``, each make the training save,
-    answered in the widget before the cell ends. The browser has no internet: the widget's
+    on the widget's Save now makes the training save, answered in the widget before the cell
+    ends. The browser has no internet: the widget's
     JavaScript must come inline from the kernel."""
     # Without this the widget's cell may leave the DOM once the notebook scrolls to cell 2.
     tracker = lab.api("GET", "/lab/api/settings/@jupyterlab/notebook-extension:tracker")
@@ -388,10 +388,6 @@ def test_widget_follows_training_while_the_cell_runs(lab: Lab) -> None:
             expect(prompt).to_contain_text("*")
             manual = [c for c in load_state(run).checkpoints.values() if c.trigger == "manual"]
             assert len(manual) == 1 and manual[0].status == "saved", manual
-            # The same from outside the notebook: the command line.
-            subprocess.run([sys.executable, "-m", "ckptdash", "save", str(run)], check=True)
-            expect(applied).to_have_count(2, timeout=20_000)
-            expect(prompt).to_contain_text("*")
 
             # The cell ends by itself (max_time): the training was real and finished.
             expect(prompt).to_have_text("[2]:", timeout=(TRAIN_SECONDS + 60) * 1000)
