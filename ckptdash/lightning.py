@@ -65,25 +65,27 @@ class RecordingCheckpointIO(CheckpointIO):
     def save_checkpoint(
         self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None
     ) -> None:
+        if type(self.inner) is not TorchCheckpointIO or storage_options is not None:
+            _record_written(
+                self.session,
+                self.callback,
+                checkpoint,
+                path,
+                lambda: self.inner.save_checkpoint(
+                    checkpoint, path, storage_options=storage_options
+                ),
+            )
+            return
         meta = checkpoint.setdefault(META_KEY, self.session.metadata(self.callback.trigger_now()))
         trigger: Trigger = meta["trigger"]
-        step = meta.get("step")
-        epoch = checkpoint.get("epoch")
-        target = os.path.abspath(os.fspath(path))
-        saved: CheckpointSaved | None
-        if type(self.inner) is TorchCheckpointIO and storage_options is None:
-            saved = save_atomic(
-                self.session.writer, checkpoint, target, trigger=trigger, step=step, epoch=epoch
-            )
-        else:
-
-            def write() -> tuple[int, str]:
-                self.inner.save_checkpoint(checkpoint, path, storage_options=storage_options)
-                return durable_existing(target)
-
-            saved = record_save(
-                self.session.writer, target, trigger=trigger, step=step, epoch=epoch, write=write
-            )
+        saved = save_atomic(
+            self.session.writer,
+            checkpoint,
+            os.path.abspath(os.fspath(path)),
+            trigger=trigger,
+            step=meta.get("step"),
+            epoch=checkpoint.get("epoch"),
+        )
         if saved is not None:
             self.callback.on_checkpoint_saved(saved)
 
@@ -99,6 +101,37 @@ class RecordingCheckpointIO(CheckpointIO):
 
     def teardown(self) -> None:
         self.inner.teardown()
+
+
+def _record_written(
+    session: Session,
+    callback: CkptDashCallback,
+    checkpoint: dict[str, Any],
+    path: Any,
+    write_files: Callable[[], object],
+    *,
+    lead: bool = True,
+) -> None:
+    """Record a save that other code writes (a custom CheckpointIO, a sharded strategy): stamp
+    ckptdash's metadata into ``checkpoint``, run ``write_files``, then on the ``lead`` rank fsync
+    what it wrote (a file, or a directory of shards) and record it as saved."""
+    meta = checkpoint.setdefault(META_KEY, session.metadata(callback.trigger_now()))
+    target = os.path.abspath(os.fspath(path))
+
+    def write() -> tuple[int, str]:
+        write_files()
+        return durable_existing(target) if lead else (0, "")
+
+    saved = record_save(
+        session.writer if lead else None,
+        target,
+        trigger=meta["trigger"],
+        step=meta.get("step"),
+        epoch=checkpoint.get("epoch"),
+        write=write,
+    )
+    if saved is not None:
+        callback.on_checkpoint_saved(saved)
 
 
 def _writes_shards(strategy: Any) -> bool:
@@ -252,26 +285,16 @@ class CkptDashCallback(pl.Callback):
         def save_checkpoint(
             checkpoint: dict[str, Any], filepath: Any, storage_options: Any | None = None
         ) -> None:
-            meta = checkpoint.setdefault(META_KEY, session.metadata(self.trigger_now()))
-            target = os.path.abspath(os.fspath(filepath))
-            lead = session.rank == 0
-
-            def write() -> tuple[int, str]:
-                original(checkpoint, filepath, storage_options)
-                # The strategy returns on rank 0 after every rank's shards are written (the
-                # distributed save ends in a gather); fsync them all before it counts as saved.
-                return durable_existing(target) if lead else (0, "")
-
-            saved = record_save(
-                session.writer if lead else None,
-                target,
-                trigger=meta["trigger"],
-                step=meta.get("step"),
-                epoch=checkpoint.get("epoch"),
-                write=write,
+            # The strategy returns on rank 0 after every rank's shards are written (the
+            # distributed save ends in a gather): rank 0 fsyncs them all and records the save.
+            _record_written(
+                session,
+                self,
+                checkpoint,
+                filepath,
+                lambda: original(checkpoint, filepath, storage_options),
+                lead=session.rank == 0,
             )
-            if saved is not None:
-                self.on_checkpoint_saved(saved)
 
         save_checkpoint._ckptdash = True  # type: ignore[attr-defined]
         strategy.save_checkpoint = save_checkpoint
