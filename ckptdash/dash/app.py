@@ -35,7 +35,7 @@ from ckptdash.dash.model import DEFAULT_STALE_AFTER_S, DashModel
 from ckptdash.dash.mounts import WATCH_MODES, WatchMode
 from ckptdash.dash.scheduler import SchedulerPanel
 from ckptdash.dash.snapshot import FolderSnapshot
-from ckptdash.dash.subshell import SubshellRoute
+from ckptdash.dash.subshell import SubshellRoute, current_kernel
 from ckptdash.dash.table import CheckpointTable
 from ckptdash.dash.text import esc
 from ckptdash.dash.timeline import Timeline
@@ -84,7 +84,8 @@ class Dashboard(pn.viewable.Viewer):  # type: ignore[misc]
 
     Display it in a notebook (``ckptdash.dashboard(path)``) or serve it
     (``ckptdash serve``). Call :meth:`close` when done with a notebook widget;
-    a served session closes itself when the browser tab is gone.
+    a served session closes itself when the browser tab is gone. ``first_read_s``:
+    how long to wait for the watcher's first read, so that the first render shows it.
     """
 
     def __init__(
@@ -93,6 +94,7 @@ class Dashboard(pn.viewable.Viewer):  # type: ignore[misc]
         *,
         options: DashOptions | None = None,
         hub: WatcherHub | None = None,
+        first_read_s: float = 0.0,
         **params: Any,
     ) -> None:
         super().__init__(**params)
@@ -147,8 +149,12 @@ class Dashboard(pn.viewable.Viewer):  # type: ignore[misc]
         self.watcher: RunWatcher = self._hub.acquire(
             self.path, mode=self.options.watch, poll_interval_s=self.options.poll_interval_s
         )
+        # No view is rendered yet: the first paint shows the run as the watcher last read it
+        # (after waiting up to ``first_read_s`` for a first read).
+        if first_read_s > 0:
+            self.watcher.wait_loaded(first_read_s)
         if (latest := self.watcher.latest) is not None:
-            self.model.publish(latest)  # no view is rendered yet: the first paint shows the run
+            self.model.publish(latest)
         self._unsubscribe = self.watcher.subscribe(self._delivery)
         if doc is not None and doc.session_context is not None:
             pn.state.on_session_destroyed(lambda _context: self.close())
@@ -227,19 +233,13 @@ def dashboard(path: str | os.PathLike[str] | None = None, **options: Any) -> Das
     if not _notebook_ready and _in_kernel():
         pn.extension("tabulator", inline=True)
         _notebook_ready = True
-    dash = Dashboard(path, options=DashOptions(**options))
     # A change sent before the front end has opened the widget's comm is lost, and an idle
     # run sends no other: wait for the first read so that the first render shows the run.
-    if dash.watcher.wait_loaded(FIRST_READ_WAIT_S) and (latest := dash.watcher.latest):
-        dash.model.publish(latest)
-    return dash
+    return Dashboard(path, options=DashOptions(**options), first_read_s=FIRST_READ_WAIT_S)
 
 
 def _in_kernel() -> bool:
-    ipython = sys.modules.get("IPython")
-    get = getattr(ipython, "get_ipython", None)
-    shell = get() if get is not None else None
-    return getattr(shell, "kernel", None) is not None
+    return current_kernel() is not None
 
 
 # --- serving -------------------------------------------------------------------------------------

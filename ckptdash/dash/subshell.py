@@ -76,7 +76,7 @@ def _holding(lock: threading.RLock, handler: Callable[[Any], Any]) -> Callable[[
 
 def _create_subshell() -> str | None:
     """A new subshell of the kernel this code runs in, or None where there is none to have."""
-    kernel = _kernel()
+    kernel = current_kernel()
     if kernel is None or not getattr(kernel, "_supports_kernel_subshells", False):
         return None
     try:
@@ -105,7 +105,8 @@ def _create_subshell() -> str | None:
     return str(subshell) if content.get("status") == "ok" and subshell else None
 
 
-def _kernel() -> Any | None:
+def current_kernel() -> Any | None:
+    """The IPython kernel this code runs in, or None outside one."""
     ipython = sys.modules.get("IPython")
     get = getattr(ipython, "get_ipython", None)
     shell = get() if get is not None else None
