@@ -16,9 +16,7 @@ and exit status 2; never a traceback.
 from __future__ import annotations
 
 import argparse
-import getpass
 import os
-import socket
 import sys
 import time
 from collections.abc import Sequence
@@ -368,14 +366,6 @@ def _ago(t: float | None, now: float) -> str:
 # --- controls ----------------------------------------------------------------------------------
 
 
-def _author() -> str:
-    try:
-        user = getpass.getuser()
-    except Exception:
-        user = "unknown"
-    return f"{user}@{socket.gethostname()}"
-
-
 def _require_run(path: str) -> RunDir:
     (run,) = find_runs(path)[:1]
     if run.root != Path(path):
@@ -403,7 +393,7 @@ def _requeue(args: argparse.Namespace) -> int:
     if args.yes:
         raise CkptDashError("--yes only confirms --cancel-pending; leave it out here")
     if args.suspend or args.resume:
-        control.update_settings(run, requeue_suspended=bool(args.suspend), author=_author())
+        control.update_settings(run, requeue_suspended=bool(args.suspend))
     settings = control.read_settings(run)
     print(f"auto-requeue: {'suspended' if settings.requeue_suspended else 'on'} ({run.settings})")
     if args.suspend or args.resume:
@@ -460,9 +450,9 @@ def _resume(args: argparse.Namespace) -> int:
                 f"{args.pin}: not a checkpoint this run recorded; pick a path from"
                 f" `ckptdash status {run.root}` (pins are limited to recorded checkpoints)"
             )
-        control.update_settings(run, resume_pin=match.path, author=_author())
+        control.update_settings(run, resume_pin=match.path)
     elif args.clear:
-        control.update_settings(run, resume_pin=None, author=_author())
+        control.update_settings(run, resume_pin=None)
     choice = choose_resume(run, state=state)
     print(f"next attempt resumes from: {choice.path or 'nothing (fresh start)'}")
     print(f"because: {choice.reason}")

@@ -422,7 +422,7 @@ def update_settings(
             f"resume_pin={resume_pin!r}: must be a checkpoint path, or None to clear the pin"
         )
     if author is None:
-        author = f"{_default_author()}@{socket.gethostname()}"
+        author = user_at_host()
     rd = _existing_run(run_dir)
     _make_dirs(rd.settings.parent)
     with _settings_lock(rd):
@@ -517,6 +517,11 @@ def _make_dirs(path: Path) -> None:
             f"{path}: cannot create the folder ({exc.strerror}); check the run directory's"
             " permissions"
         ) from exc
+
+
+def user_at_host() -> str:
+    """``user@host``: who the audit trail names for a change made by this process."""
+    return f"{_default_author()}@{socket.gethostname()}"
 
 
 def _default_author() -> str:

@@ -11,8 +11,6 @@ hand-made websocket message can do no more than the buttons.
 
 from __future__ import annotations
 
-import getpass
-import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
@@ -31,11 +29,7 @@ COMMAND_TTL_S = 600.0
 
 def default_author() -> str:
     """``user@host (dashboard)``: who the audit trail names for a click in this process."""
-    try:
-        user = getpass.getuser()
-    except Exception:
-        user = "unknown"
-    return f"{user}@{socket.gethostname()} (dashboard)"
+    return f"{control.user_at_host()} (dashboard)"
 
 
 # Panel 1.9 renamed Button.name/button_type to label/color; older releases have only the former.
