@@ -133,8 +133,10 @@ _LOOK_JS = """(last) => {
   const walk = (node) => {
     if (step !== null) return;
     if (node.nodeName === "LABEL" && node.textContent.trim() === "step") {
+      // "1,234 / 100,000": the step is what comes before the slash (the max steps after it;
+      // before the first heartbeat the step is a dash and only the max steps is a number).
       const value = node.nextElementSibling ? node.nextElementSibling.textContent : "";
-      const found = value.replace(/,/g, "").match(/\\d+/);
+      const found = value.split("/")[0].replace(/,/g, "").match(/\\d+/);
       if (found) step = Number(found[0]);
       return;
     }
