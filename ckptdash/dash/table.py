@@ -11,30 +11,31 @@ import panel as pn
 from bokeh.models.widgets.tables import DateFormatter, NumberFormatter
 
 from ckptdash.dash.controls import Controls, button
+from ckptdash.dash.frames import NUMBER, TEXT, TIME, typed_frame
 from ckptdash.dash.model import DashModel
 from ckptdash.dash.snapshot import RunSnapshot
 from ckptdash.dash.views import HtmlPane
 
-COLUMNS: Final = [
-    "step",
-    "epoch",
-    "trigger",
-    "time",
-    "size",
-    "save s",
-    "status",
-    "resume",
-    "attempt",
-    "file",
-    "path",
-]
+SCHEMA: Final = {
+    "step": NUMBER,
+    "epoch": NUMBER,
+    "trigger": TEXT,
+    "time": TIME,
+    "size": NUMBER,
+    "save s": NUMBER,
+    "status": TEXT,
+    "resume": TEXT,
+    "attempt": NUMBER,
+    "file": TEXT,
+    "path": TEXT,
+}
 
 
 def checkpoint_frame(snap: RunSnapshot | None) -> pd.DataFrame:
     """The table's rows: numbers stay numbers so that sorting works; ``resume`` marks the
     pinned checkpoint and the one the next attempt will load."""
     if snap is None:
-        return pd.DataFrame(columns=COLUMNS)
+        return typed_frame([], SCHEMA)
     pin = snap.settings.resume_pin if snap.settings is not None else None
     chosen = snap.resume.path if snap.resume is not None else None
     rows = []
@@ -61,7 +62,7 @@ def checkpoint_frame(snap: RunSnapshot | None) -> pd.DataFrame:
                 "path": c.path,
             }
         )
-    return pd.DataFrame(rows, columns=COLUMNS)
+    return typed_frame(rows, SCHEMA)
 
 
 def _short(path: str, root: str) -> str:
@@ -94,8 +95,7 @@ class CheckpointTable(pn.viewable.Viewer):  # type: ignore[misc]
             layout="fit_data_stretch",
             hidden_columns=["path"],  # kept for the pin; "file" is what a person reads
             # Every typed column gets its formatter here: Panel derives the defaults from the
-            # dtypes of the frame the page first rendered, which is the empty one (all objects)
-            # whenever the page opens before the first read, and never revisits them.
+            # dtypes of the frame the page first rendered and never revisits them.
             formatters={
                 "step": NumberFormatter(format="0,0", nan_format="–"),
                 "epoch": NumberFormatter(format="0", nan_format="–"),

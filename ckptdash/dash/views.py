@@ -16,6 +16,7 @@ import panel as pn
 from bokeh.models.widgets.tables import NumberFormatter
 
 from ckptdash.dash import goodput, text
+from ckptdash.dash.frames import NUMBER, TEXT, typed_frame
 from ckptdash.dash.model import DashModel, rates, run_status
 from ckptdash.dash.snapshot import RunSnapshot
 from ckptdash.dash.text import esc
@@ -196,14 +197,21 @@ def render_header(model: DashModel) -> str:
 class RunList(pn.viewable.Viewer):  # type: ignore[misc]
     """The runs of a folder: status, attempt, step, last event; selecting one shows it."""
 
-    COLUMNS: Final = ["run", "status", "attempt", "step", "last event", "events"]
+    SCHEMA: Final = {
+        "run": TEXT,
+        "status": TEXT,
+        "attempt": NUMBER,
+        "step": NUMBER,
+        "last event": TEXT,
+        "events": NUMBER,
+    }
 
     def __init__(self, model: DashModel, **params: Any) -> None:
         super().__init__(**params)
         self.model = model
         self._roots: list[str] = []
         self._table = pn.widgets.Tabulator(
-            pd.DataFrame(columns=self.COLUMNS),
+            typed_frame([], self.SCHEMA),
             show_index=False,
             selectable=1,
             disabled=True,
@@ -248,7 +256,7 @@ class RunList(pn.viewable.Viewer):  # type: ignore[misc]
                     "events": r.events_total,
                 }
             )
-        return pd.DataFrame(rows, columns=self.COLUMNS)
+        return typed_frame(rows, self.SCHEMA)
 
     def _render(self, *events: object) -> None:
         self._layout.visible = self.model.is_folder

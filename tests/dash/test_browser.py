@@ -7,6 +7,7 @@ Without chromium these tests skip, saying how to install it; in CI (CI=true) the
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -221,6 +222,32 @@ def test_stop_needs_confirmation_and_a_rejection_shows_its_reason(
     )
     control.complete(root, claimed)
     expect(page.get_by_text("not during evaluation")).to_be_visible(timeout=5000)
+
+
+def test_rows_that_arrive_after_the_page_opened_show_dates_and_numbers(
+    browser: Any, tmp_path: Path
+) -> None:
+    """A page opened before the run had any checkpoint formats the rows that arrive later like
+    any others: a date and time, not milliseconds since 1970; steps with thousands separators.
+    (Panel derives a table's default formatters from the first frame it rendered.)"""
+    root = tmp_path / "young-run"
+    with FakeTrainer(root) as trainer, ServeProcess(root) as server:
+        trainer.start(max_steps=100_000)
+        context = browser.new_context(viewport={"width": 1400, "height": 1000})
+        try:
+            page = context.new_page()
+            page.goto(server.url)
+            expect(page.get_by_role("button", name="Save now")).to_be_enabled(timeout=60_000)
+            # The (empty) table is built in the browser before the row arrives, as for a user
+            # who opened the page on a young run.
+            expect(page.locator(".tabulator-col[tabulator-field=trigger]")).to_be_visible()
+            trainer.save(12_345)
+            row = page.locator(".tabulator-row", has_text="step=12345-periodic.ckpt")
+            expect(row).to_be_visible(timeout=10_000)
+            expect(row).to_contain_text(re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"))
+            expect(row).to_contain_text("12,345")
+        finally:
+            context.close()
 
 
 def test_scheduler_line_shows_slurms_view_of_the_job(

@@ -295,3 +295,57 @@ def test_timeline_without_a_server_redraws_at_once_and_pushes(
     monkeypatch.setattr(timeline, "_last_draw", -1e9)  # the gap has passed
     model.publish(scenario.folder(T0 + 632))  # the next tick draws it
     assert len(timeline.sources["checkpoints"].data["x"]) == 5
+
+
+def test_first_rows_change_only_the_tables_data_not_their_configuration(
+    make_run: Callable[..., Path], hub: WatcherHub, wait_until: WaitUntil, tmp_path: Path
+) -> None:
+    """A page opened on a run with no checkpoint yet must draw the first rows when they come.
+    The browser rebuilds a table whose configuration changes, and rows that arrive during that
+    rebuild are never drawn; so the first rows (and a column that was all empty, like an epoch
+    the job never reported) may change the data sent to the page, never the configuration."""
+    from bokeh.document import Document
+    from bokeh.document.events import ModelChangedEvent
+
+    young = [ev(events.RunStarted, 0, scheduler="local", max_steps=100)]
+    make_run("a", evs=young)
+    root = make_run("b", evs=young)
+    d = Dashboard(tmp_path, options=DashOptions(watch="inotify"), hub=hub)
+    try:
+        wait_until(lambda: len(d.runs._table.value) == 2, what="both runs listed")
+        doc = Document()
+        models = {
+            "checkpoints": d.table.table.get_root(doc),
+            "runs": d.runs._table.get_root(doc),
+        }
+        for model in models.values():
+            doc.add_root(model)
+        sent_first = {name: model.configuration for name, model in models.items()}
+        changed: list[str] = []
+
+        def record(event: Any) -> None:
+            if isinstance(event, ModelChangedEvent) and event.attr in ("configuration", "columns"):
+                changed.append(f"{event.model}.{event.attr}")
+
+        doc.on_change(record)
+        with d.holding_updates():
+            d.runs._table.selection = [1]
+        with EventWriter(root, attempt=0) as w:
+            w.write(saved(10, "/ck/first.ckpt", 10))  # no epoch: the column stays empty
+            w.write(ev(events.Heartbeat, 11, step=12))
+        wait_until(lambda: len(d.table.table.value) == 1, what="the first row")
+        with EventWriter(root, attempt=0) as w:
+            w.write(saved(20, "/ck/second.ckpt", 20, epoch=1))
+        wait_until(lambda: len(d.table.table.value) == 2, what="the second row")
+        # Run a has no step yet, run b has one: a column of a number and a missing value.
+        wait_until(lambda: bool(d.runs._table.value["step"].notna().iloc[1]), what="b's step")
+        with d.holding_updates():
+            assert list(models["checkpoints"].source.data["step"]) == [20, 10]
+        assert changed == []
+        assert {name: m.configuration for name, m in models.items()} == sent_first
+        # The sorters were right from the first, empty frame: numbers sort as numbers.
+        sorters = {c["field"]: c.get("sorter") for c in sent_first["checkpoints"]["columns"]}
+        assert sorters["step"] == sorters["epoch"] == sorters["size"] == "number"
+        assert sorters["time"] == "timestamp"
+    finally:
+        d.close()
