@@ -7,6 +7,7 @@ first or second), and the table shows medians.
 
 from __future__ import annotations
 
+import random
 import statistics
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -49,6 +50,17 @@ def median(values: list[float]) -> float:
 def paired(a: list[float], b: list[float]) -> float:
     """Median over repetitions of a[i] / b[i]: each pair ran side by side, so drift cancels."""
     return median([x / y for x, y in zip(a, b, strict=True)])
+
+
+def paired_interval(a: list[float], b: list[float], draws: int = 2000) -> tuple[float, float]:
+    """A 95 % bootstrap interval of :func:`paired`: how far its median could be off by chance.
+
+    Resamples the per-repetition ratios (a fixed seed: the same data gives the same interval).
+    """
+    ratios = [x / y for x, y in zip(a, b, strict=True)]
+    rng = random.Random(0)
+    medians = sorted(median(rng.choices(ratios, k=len(ratios))) for _ in range(draws))
+    return medians[int(0.025 * draws)], medians[int(0.975 * draws) - 1]
 
 
 def spread(values: list[float]) -> str:

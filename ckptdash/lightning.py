@@ -25,7 +25,8 @@ from ckptdash.events import CheckpointRemoved, CheckpointSaved, Trigger
 from ckptdash.train.config import TrainConfig
 from ckptdash.train.saving import META_KEY, durable_existing, record_save, save_atomic
 from ckptdash.train.scheduler import Scheduler
-from ckptdash.train.session import Session
+from ckptdash.train.session import Decision, Session
+from ckptdash.train.ticker import Ticker
 
 try:
     import lightning.pytorch as pl
@@ -76,7 +77,7 @@ class RecordingCheckpointIO(CheckpointIO):
                 ),
             )
             return
-        meta = checkpoint.setdefault(META_KEY, self.session.metadata(self.callback.trigger_now()))
+        meta = _stamp(self.session, self.callback, checkpoint)
         trigger: Trigger = meta["trigger"]
         saved = save_atomic(
             self.session.writer,
@@ -115,7 +116,7 @@ def _record_written(
     """Record a save that other code writes (a custom CheckpointIO, a sharded strategy): stamp
     ckptdash's metadata into ``checkpoint``, run ``write_files``, then on the ``lead`` rank fsync
     what it wrote (a file, or a directory of shards) and record it as saved."""
-    meta = checkpoint.setdefault(META_KEY, session.metadata(callback.trigger_now()))
+    meta = _stamp(session, callback, checkpoint)
     target = os.path.abspath(os.fspath(path))
 
     def write() -> tuple[int, str]:
@@ -132,6 +133,15 @@ def _record_written(
     )
     if saved is not None:
         callback.on_checkpoint_saved(saved)
+
+
+def _stamp(session: Session, callback: CkptDashCallback, checkpoint: dict[str, Any]) -> Any:
+    """ckptdash's metadata in ``checkpoint`` (kept if a wrapper stamped it first), at the step
+    the checkpoint itself holds: between checks the session's own step may lag behind."""
+    step = checkpoint.get("global_step")
+    if isinstance(step, int):
+        session.step = step
+    return checkpoint.setdefault(META_KEY, session.metadata(callback.trigger_now()))
 
 
 def _writes_shards(strategy: Any) -> bool:
@@ -162,7 +172,7 @@ class _TaggingCheckpointIO(RecordingCheckpointIO):
     def save_checkpoint(
         self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None
     ) -> None:
-        checkpoint.setdefault(META_KEY, self.session.metadata(self.callback.trigger_now()))
+        _stamp(self.session, self.callback, checkpoint)
         self.inner.save_checkpoint(checkpoint, path, storage_options=storage_options)
 
     def remove_checkpoint(self, path: Any) -> None:
@@ -218,6 +228,7 @@ class CkptDashCallback(pl.Callback):
         self.session: Session | None = None
         self._forced_trigger: Trigger | None = None
         self._error: BaseException | None = None
+        self._ticker: Ticker | None = None
         _skip_unused_hooks(self)
 
     # --- triggers ------------------------------------------------------------------------------
@@ -319,10 +330,23 @@ class CkptDashCallback(pl.Callback):
         connector.resume_start = resume_start
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        session = self.session
+        if session is None:
+            return
         # Installed after Lightning registered its own handlers, so ours run first and
         # Lightning's SIGTERM handler cannot end fit() before the signal save.
-        if self.session is not None:
-            self.session.signals.install()
+        session.signals.install()
+        overridden = type(self).on_train_batch_end is not CkptDashCallback.on_train_batch_end
+        if session.world_size == 1 and not overridden:
+            # One process: check when a period has passed or a signal came, not at every step.
+            # The per-step hook is off (Lightning skips it) until the ticker or the signal
+            # handler switches it on for the next step boundary. Ranks of a larger world
+            # count steps instead, so that they all check at the same step.
+            session.signals.on_receive = self._check_at_next_step
+            self._ticker = Ticker(
+                session.check_period_s, self._check_at_next_step, name="ckptdash-check"
+            ).start()
+            self._check_at_next_step()  # the first step: heartbeat, commands left waiting
 
     def on_train_batch_end(
         self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
@@ -333,6 +357,32 @@ class CkptDashCallback(pl.Callback):
         decision = session.boundary(
             trainer.global_step, trainer.current_epoch, lambda: trainer.callback_metrics
         )
+        self._act(trainer, session, decision)
+
+    def _check_at_next_step(self) -> None:
+        # An attribute assignment: safe from the ticker's thread and inside a signal handler.
+        self.on_train_batch_end = self._timed_check  # type: ignore[method-assign]
+
+    def _timed_check(
+        self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        self.on_train_batch_end = None  # type: ignore[assignment]  # until asked again
+        session = self.session
+        if session is None:
+            return
+        decision = session.check_now(
+            trainer.global_step, trainer.current_epoch, lambda: trainer.callback_metrics
+        )
+        self._act(trainer, session, decision)
+
+    def _stop_timed_checks(self) -> None:
+        if self._ticker is not None:
+            self._ticker.stop()
+            self._ticker = None
+        self.__dict__.pop("on_train_batch_end", None)  # back to the class's per-step hook
+
+    def _act(self, trainer: Any, session: Session, decision: Decision | None) -> None:
+        """Carry out a decision at this step boundary: save, then answer, requeue or stop."""
         if decision is None:
             return
         path = self.config.checkpoint_path / f"step={trainer.global_step}-{decision.trigger}.ckpt"
@@ -351,13 +401,18 @@ class CkptDashCallback(pl.Callback):
 
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
         self._error = exception
-        if self.session is not None and self.session.rank == 0:
-            self.session.record_exception(exception)
+        self._stop_timed_checks()
+        if self.session is not None:
+            self.session.step = trainer.global_step
+            if self.session.rank == 0:
+                self.session.record_exception(exception)
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+        self._stop_timed_checks()
         session = self.session
         if session is None:
             return
+        session.step = trainer.global_step
         session.heartbeat(trainer.callback_metrics)
         if session.stop_reason is not None:
             # ckptdash ended training (a signal or a command). After a requeue SLURM's SIGTERM
@@ -372,6 +427,7 @@ class CkptDashCallback(pl.Callback):
     def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
         if stage != "fit" or self.session is None:
             return
+        self._stop_timed_checks()
         io = trainer.strategy.checkpoint_io
         if isinstance(io, _TaggingCheckpointIO):
             # Let queued async saves finish so their events are written before we close.

@@ -297,6 +297,29 @@ class Session:
         self.epoch = epoch
         return self._check(metrics)
 
+    def check_now(
+        self,
+        step: int,
+        epoch: int | None = None,
+        metrics: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None = None,
+    ) -> Decision | None:
+        """A check at this step boundary, whatever the countdown: for a single process that
+        times its checks itself (every :attr:`check_period_s`, and on a signal) instead of
+        calling :meth:`boundary` at every step. Ranks of a larger world must use
+        :meth:`boundary`, whose countdown keeps their collectives on the same steps."""
+        if self.world_size != 1:
+            raise RuntimeError("check_now() is for a single process; use boundary() per step")
+        self.step = step
+        self.epoch = epoch
+        return self._check(metrics)
+
+    @property
+    def check_period_s(self) -> float:
+        """The longest a time-driven caller may wait between checks without delaying a
+        command poll, a heartbeat or the agreement cadence."""
+        c = self.config
+        return min(c.agree_interval_s, c.poll_interval_s, c.heartbeat_interval_s)
+
     def _check(
         self, metrics: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None
     ) -> Decision | None:

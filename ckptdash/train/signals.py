@@ -65,6 +65,8 @@ class SignalRecorder:
         self.numbers = [signal_number(n) for n in names]
         self.chain = chain
         self.received: list[ReceivedSignal] = []
+        self.on_receive: Callable[[], None] | None = None
+        """Called inside the handler after recording (keep it to a flag or an assignment)."""
         self._previous: dict[int, Handler] = {}
 
     @property
@@ -98,6 +100,8 @@ class SignalRecorder:
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         # Record and return: list.append is atomic under the GIL and allocation-light.
         self.received.append(ReceivedSignal(signal_name(signum), time.time()))
+        if self.on_receive is not None:
+            self.on_receive()
         previous = self._previous.get(signum)
         if self.chain and callable(previous) and not _is_taken_over(previous):
             previous(signum, frame)

@@ -268,3 +268,36 @@ def test_unused_batch_hooks_are_skipped_but_a_subclass_override_still_runs(
     t.fit(Tiny())
     assert counting.backward_calls == 6
     assert state_of(tmp_path / "b").event_counts.get("heartbeat", 0) >= 1
+
+
+def test_one_process_checks_once_a_period_and_right_after_a_signal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A single-process fit looks at signals, commands and heartbeats at its first step, then
+    once a period (here 30 s, longer than the fit) and at the step a signal came in, not at
+    every step: between checks its per-step hook is off and Lightning does not dispatch it."""
+    from ckptdash.train.session import Session
+
+    checks: list[int] = []
+    check_now = Session.check_now
+
+    def counting(self: Session, step: int, *args: Any, **kw: Any) -> Any:
+        checks.append(step)
+        return check_now(self, step, *args, **kw)
+
+    monkeypatch.setattr(Session, "check_now", counting)
+    fake_scontrol(tmp_path / "bin", tmp_path / "log")
+    slurm_env(monkeypatch, tmp_path / "bin")
+    run = tmp_path / "run"
+    cb = CkptDashCallback(
+        run, agree_interval_s=30.0, poll_interval_s=30.0, heartbeat_interval_s=30.0
+    )
+    t = trainer(run, 40, [cb])
+    t.fit(Tiny(signal_at=20))
+    # Step 20's training_step got the signal; the check at the end of that step saved it.
+    assert checks == [1, 21]
+    assert t.global_step == 21
+    state = state_of(run)
+    assert [c.step for c in state.checkpoints.values() if c.trigger == "signal"] == [21]
+    assert state.event_counts.get("heartbeat", 0) >= 1  # from the first check
+    assert cb.on_train_batch_end == cb.__class__.on_train_batch_end.__get__(cb)  # restored
