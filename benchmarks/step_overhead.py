@@ -213,7 +213,7 @@ def _boundary_ns(session: Session | _Empty, calls: int) -> float:
 
 def run(quick: bool) -> list[Row]:
     steps, warmup, reps = (300, 50, 2) if quick else (2000, 200, 4)
-    rounds, block = (40, 20) if quick else (500, 20)
+    rounds, block = (40, 20) if quick else (1000, 20)
     calls, call_reps = (200_000, 3) if quick else (1_000_000, 7)
     warnings.filterwarnings("ignore")  # "no workers in the DataLoader" and the like
     for name in ("lightning.pytorch", "lightning.fabric", "lightning"):
