@@ -46,6 +46,8 @@ except ImportError:  # pragma: no cover - exercised only where the old package n
     )
 
 _HPC_NAME = re.compile(r"^hpc_ckpt_\d+\.ckpt$")
+# Configured intervals shorter than this check at every step anyway; the ticker need not spin.
+_SHORTEST_CHECK_PERIOD_S: Final = 0.001
 
 
 class RecordingCheckpointIO(CheckpointIO):
@@ -343,21 +345,14 @@ class CkptDashCallback(pl.Callback):
             # handler switches it on for the next step boundary. Ranks of a larger world
             # count steps instead, so that they all check at the same step.
             session.signals.on_receive = self._check_at_next_step
-            self._ticker = Ticker(
-                session.check_period_s, self._check_at_next_step, name="ckptdash-check"
-            ).start()
+            period = max(session.check_period_s, _SHORTEST_CHECK_PERIOD_S)
+            self._ticker = Ticker(period, self._check_at_next_step, name="ckptdash-check").start()
             self._check_at_next_step()  # the first step: heartbeat, commands left waiting
 
     def on_train_batch_end(
         self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        session = self.session
-        if session is None:
-            return
-        decision = session.boundary(
-            trainer.global_step, trainer.current_epoch, lambda: trainer.callback_metrics
-        )
-        self._act(trainer, session, decision)
+        self._at_step_end(trainer, timed=False)
 
     def _check_at_next_step(self) -> None:
         # An attribute assignment: safe from the ticker's thread and inside a signal handler.
@@ -367,10 +362,14 @@ class CkptDashCallback(pl.Callback):
         self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         self.on_train_batch_end = None  # type: ignore[assignment]  # until asked again
+        self._at_step_end(trainer, timed=True)
+
+    def _at_step_end(self, trainer: Any, *, timed: bool) -> None:
         session = self.session
         if session is None:
             return
-        decision = session.check_now(
+        look = session.check_now if timed else session.boundary
+        decision = look(
             trainer.global_step, trainer.current_epoch, lambda: trainer.callback_metrics
         )
         self._act(trainer, session, decision)
@@ -379,6 +378,8 @@ class CkptDashCallback(pl.Callback):
         if self._ticker is not None:
             self._ticker.stop()
             self._ticker = None
+        if self.session is not None:
+            self.session.signals.on_receive = None
         self.__dict__.pop("on_train_batch_end", None)  # back to the class's per-step hook
 
     def _act(self, trainer: Any, session: Session, decision: Decision | None) -> None:

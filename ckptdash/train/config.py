@@ -56,7 +56,9 @@ class TrainConfig:
     """How often rank 0 looks for commands in the inbox (time-throttled)."""
 
     agree_interval_s: float = 1.0
-    """Target time between cross-rank agreements (turned into steps by the measured step time)."""
+    """Target time between cross-rank agreements (turned into steps by the measured step time).
+    In a single process, the Lightning callback's checks come at most this far apart (and at
+    the end of the step in which a signal arrived)."""
 
     heartbeat_interval_s: float = 10.0
     """Minimum time between heartbeat events."""
