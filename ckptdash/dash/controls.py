@@ -197,12 +197,16 @@ class Controls(pn.viewable.Viewer):  # type: ignore[misc]
 
     def run_action(self, action: Callable[[], str]) -> None:
         """Run one action and show what it did, or why it could not."""
+        said, problem = self.outcome(action)
+        self.say(said, problem=problem)
+
+    @staticmethod
+    def outcome(action: Callable[[], str]) -> tuple[str, bool]:
+        """Run one action: what it said, or why it could not (then ``problem`` is True)."""
         try:
-            said = action()
+            return action(), False
         except (CkptDashError, OSError) as exc:
-            self.say(str(exc), problem=True)
-        else:
-            self.say(said)
+            return str(exc), True
 
     def say(self, message: str, *, problem: bool = False) -> None:
         """Show the outcome of the last click (local to this page; not run state)."""

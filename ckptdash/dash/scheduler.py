@@ -9,10 +9,10 @@ pending, running or held, the reason, the restart count.
 ``scontrol`` is never run on the watcher's thread or the session's event loop to *refresh*:
 one background thread per session asks SLURM at most every :data:`POLL_INTERVAL_S` seconds,
 and only while the selected run has a SLURM job. Its answers reach the widgets the way the
-watcher's snapshots do (see :mod:`ckptdash.dash.delivery`). A click runs its one or two
-``scontrol`` calls directly (each has :data:`ckptdash.slurm_admin.TIMEOUT_S`), and the buttons
-are enabled only after a refresh reached SLURM, so a click never waits on a controller that
-is known not to answer.
+watcher's snapshots do (see :mod:`ckptdash.dash.delivery`). A click does not run ``scontrol``
+either: it hands its command to the same thread and returns, so a slow controller never holds
+up the page (each call has :data:`ckptdash.slurm_admin.TIMEOUT_S`). The three buttons stay off
+until SLURM has answered the click; the answer appears in the controls' message line.
 """
 
 from __future__ import annotations
@@ -137,9 +137,14 @@ class SchedulerPanel(pn.viewable.Viewer):  # type: ignore[misc]
         self._runner = runner
         # Answers from the background thread reach the widgets as the watcher's snapshots do.
         self._post: Delivery[SchedulerInfo] = Delivery(self._show, doc, render_lock=render_lock)
+        self._say: Delivery[tuple[str, bool]] = Delivery(
+            lambda said: controls.say(said[0], problem=said[1]), doc, render_lock=render_lock
+        )
         self.info = SchedulerInfo()
         self._job: str | None = None  # read by the background thread: guarded by _lock
         self._again = False  # ask SLURM at once, not at the next refresh: guarded by _lock
+        self._clicked: Callable[[], str] | None = None  # a click's command: guarded by _lock
+        self._buttons_held = False  # off since a click, until SLURM's next answer is shown
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._closed = threading.Event()
@@ -156,8 +161,8 @@ class SchedulerPanel(pn.viewable.Viewer):  # type: ignore[misc]
             self.confirm_cancel_button,
             self.keep_button,
         )
-        self.hold_button.on_click(lambda _: self.controls.run_action(self.hold))
-        self.release_button.on_click(lambda _: self.controls.run_action(self.release))
+        self.hold_button.on_click(lambda _: self._hand_over(self.hold, "hold"))
+        self.release_button.on_click(lambda _: self._hand_over(self.release, "release"))
         self.cancel_job_button.on_click(lambda _: self._ask_confirmation(True))
         self.keep_button.on_click(lambda _: self._ask_confirmation(False))
         self.confirm_cancel_button.on_click(self._confirmed)
@@ -174,7 +179,26 @@ class SchedulerPanel(pn.viewable.Viewer):  # type: ignore[misc]
     def __panel__(self) -> Any:
         return self._layout
 
-    # --- actions (on the session's thread: a click) -------------------------------------------
+    # --- actions (a click hands them to the background thread) -------------------------------
+
+    def _hand_over(self, action: Callable[[], str], verb: str) -> None:
+        """Queue a click's command for the background thread; say so, and hold the buttons."""
+        with self._lock:
+            busy = self._clicked is not None
+        if busy:
+            self.controls.say(
+                "SLURM has not answered the last click yet; wait for it", problem=True
+            )
+            return
+        # Said and held before the command is queued: the answer cannot arrive before this.
+        self.controls.say(f"slurm job {self._job}: asking SLURM to {verb} it …")
+        self._buttons_held = True
+        self.hold_button.disabled = self.release_button.disabled = True
+        self.cancel_job_button.disabled = True
+        with self._lock:
+            self._clicked = action
+        self._start()
+        self._wake.set()
 
     def hold(self) -> str:
         """Keep the pending job from starting (``scontrol hold``)."""
@@ -220,15 +244,15 @@ class SchedulerPanel(pn.viewable.Viewer):  # type: ignore[misc]
         return job
 
     def _answered(self, job: str, view: slurm_admin.JobView | None) -> None:
-        self._show(SchedulerInfo(job, asked=True, view=view))
-        self.refresh()  # and let the background thread confirm it
+        # On the background thread: shown through the delivery, like a refresh (which follows).
+        self._post(SchedulerInfo(job, asked=True, view=view))
 
     def _ask_confirmation(self, show: bool) -> None:
         self.confirm_row.visible = show
 
     def _confirmed(self, _: object) -> None:
         self.confirm_row.visible = False
-        self.controls.run_action(self.cancel_pending)
+        self._hand_over(self.cancel_pending, "cancel")
 
     # --- showing ---------------------------------------------------------------------------
 
@@ -248,11 +272,16 @@ class SchedulerPanel(pn.viewable.Viewer):  # type: ignore[misc]
         """Apply ``info`` to the widgets (on the session's thread, or under the render lock)."""
         if info.job_id != self._job:
             return  # an answer about the run that was selected before
-        if info.key() == self.info.key() and self.status.object:
+        if info.key() == self.info.key() and self.status.object and not self._buttons_held:
             return  # unchanged: the page is not sent the same thing again
         self.info = info
         self.status.object = render_scheduler(info)
         self._layout.visible = info.job_id is not None
+        with self._lock:
+            queued = self._clicked is not None
+        if queued:
+            return  # the buttons wait until the background thread has taken that click
+        self._buttons_held = False
         self.hold_button.disabled = not info.can_hold
         self.release_button.disabled = not info.can_release
         self.cancel_job_button.disabled = not info.can_cancel
@@ -276,6 +305,11 @@ class SchedulerPanel(pn.viewable.Viewer):  # type: ignore[misc]
             self._wake.clear()  # before reading the job: a wake-up after this is not lost
             with self._lock:
                 job, again, self._again = self._job, self._again, False
+                clicked, self._clicked = self._clicked, None
+            if clicked is not None:
+                self._say(self.controls.outcome(clicked))
+                self.refresh()  # SLURM's view after the click: it also frees the buttons
+                continue
             now = time.monotonic()
             if job is not None and (again or job != asked or now >= due):
                 info = self.ask(job)
@@ -307,9 +341,11 @@ class SchedulerPanel(pn.viewable.Viewer):  # type: ignore[misc]
     def ready(self) -> None:
         """The served page has loaded: show SLURM's answers from now on."""
         self._post.ready()
+        self._say.ready()
 
     def close(self) -> None:
         """Stop the background thread (it ends after a command in flight) and its updates."""
         self._closed.set()
         self._post.close()
+        self._say.close()
         self._wake.set()

@@ -2,13 +2,14 @@
 (edge cases only; tests/slurm/test_dashboard_controls.py drives the real scheduler).
 
 It checks which buttons a job's state enables, that clicks call SLURM's commands (the cancel
-only after confirmation), that a missing ``scontrol`` is said once, and that the Suspend
-auto-requeue toggle is mirrored onto the job as Requeue=0/1.
+only after confirmation) without waiting for them, that a missing ``scontrol`` is said once, and
+that the Suspend auto-requeue toggle is mirrored onto the job as Requeue=0/1.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,9 +41,13 @@ class FakeRunner:
         self.calls: list[list[str]] = []
         self.missing = False  # raise like a command not on PATH
         self.update_fails = False
+        self.gate = threading.Event()  # commands other than `show job` wait for it
+        self.gate.set()
         self._lock = threading.Lock()
 
     def __call__(self, argv: Sequence[str], timeout_s: float) -> tuple[int, str]:
+        if list(argv[:3]) != ["scontrol", "show", "job"]:
+            self.gate.wait(timeout_s)  # a slow controller, when a test closes the gate
         with self._lock:
             self.calls.append(list(argv))
             if self.missing:
@@ -156,6 +161,16 @@ def _asked(p: Page, wait_until: WaitUntil) -> None:
     wait_until(asked, timeout=5, what="the first answer from SLURM")
 
 
+def _said(p: Page, wait_until: WaitUntil, text: str) -> None:
+    """Wait until the message line holds SLURM's answer to a click (``text`` in it)."""
+
+    def said() -> bool:
+        with p.lock:
+            return text in p.message
+
+    wait_until(said, timeout=5, what=f"{text!r} in the message line")
+
+
 @pytest.mark.parametrize(
     ("state", "reason", "enabled", "shown"),
     [
@@ -204,14 +219,16 @@ def test_hold_release_and_confirmed_cancel_call_slurm(
     _asked(p, wait_until)
 
     p.click(p.panel.hold_button)
+    _said(p, wait_until, "slurm job 77: held (PENDING (JobHeldAdmin), held")
     assert runner.made("scontrol", "hold", "77")
-    assert "slurm job 77: held (PENDING (JobHeldAdmin), held" in p.message
-    assert p.buttons() == (False, True, True)  # shown at once, not at the next refresh
+    with p.lock:
+        assert p.buttons() == (False, True, True)  # with the answer, not at the next refresh
 
     p.click(p.panel.release_button)
+    _said(p, wait_until, "slurm job 77: released (PENDING")
     assert runner.made("scontrol", "release", "77")
-    assert "slurm job 77: released (PENDING" in p.message
-    assert p.buttons() == (True, False, True)
+    with p.lock:
+        assert p.buttons() == (True, False, True)
 
     p.click(p.panel.cancel_job_button)
     assert p.panel.confirm_row.visible
@@ -221,10 +238,36 @@ def test_hold_release_and_confirmed_cancel_call_slurm(
 
     p.click(p.panel.cancel_job_button)
     p.click(p.panel.confirm_cancel_button)
+    _said(p, wait_until, "slurm job 77: cancelled while pending (CANCELLED")
     assert runner.made("scancel", "--state=PENDING", "77")
-    assert "slurm job 77: cancelled while pending (CANCELLED" in p.message
-    assert p.buttons() == (False, False, False)
-    assert not p.panel.confirm_row.visible
+    with p.lock:
+        assert p.buttons() == (False, False, False)
+        assert not p.panel.confirm_row.visible
+
+
+def test_a_click_returns_at_once_while_slurm_is_slow(
+    page: Callable[..., Page], wait_until: WaitUntil
+) -> None:
+    """A click only hands its command to the panel's thread: with SLURM not answering, the
+    click returns, the message says what is being asked and the buttons stay off; once SLURM
+    answers, the message and the buttons show the outcome."""
+    runner = FakeRunner(**{"77": job("PENDING", "BeginTime")})
+    p = page(runner)
+    _asked(p, wait_until)
+    runner.gate.clear()
+    started = time.monotonic()
+    p.click(p.panel.hold_button)
+    assert time.monotonic() - started < 1.0
+    with p.lock:
+        assert "slurm job 77: asking SLURM to hold it" in p.message
+        assert p.buttons() == (False, False, False)
+    p.click(p.panel.release_button)  # a click the page let through before the buttons went off
+    with p.lock:
+        assert "SLURM has not answered the last click yet" in p.message
+    runner.gate.set()
+    _said(p, wait_until, "slurm job 77: held (PENDING (JobHeldAdmin), held")
+    wait_until(lambda: p.buttons() == (False, True, True), timeout=5, what="the buttons")
+    assert not runner.made("scontrol", "release", "77")
 
 
 def test_a_refused_command_is_one_problem_line(
@@ -237,9 +280,12 @@ def test_a_refused_command_is_one_problem_line(
     with p.lock:
         runner.jobs["77"]["JobState"] = "RUNNING"
         p.panel.hold_button.clicks += 1
+    _said(p, wait_until, "slurm job 77 is RUNNING")
     assert "problem" in p.message
-    assert "slurm job 77 is RUNNING" in p.message
     assert not runner.made("scontrol", "hold", "77")
+    # SLURM's view after the refusal: the buttons follow the running job.
+    wait_until(lambda: "RUNNING" in p.panel.status.object, timeout=5, what="the running job")
+    wait_until(lambda: p.buttons() == (False, False, False), timeout=5, what="the buttons")
 
 
 def test_missing_scontrol_is_said_once_not_per_refresh(

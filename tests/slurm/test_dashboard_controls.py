@@ -111,22 +111,23 @@ def test_dashboard_shows_and_steers_a_pending_job_on_real_slurm(
     assert _buttons(d) == (False, True, True)
 
     # Release: still pending (its begin time is an hour away), no longer held.
+    # A click hands the command to the panel's thread; the message line shows SLURM's answer.
     _click(d, d.scheduler.release_button)
-    assert f"slurm job {job}: released" in message(), message()
+    _wait(d, s, lambda: f"slurm job {job}: released" in message(), "Release answered")
     state, reason = cluster.squeue(job) or ("gone", "")
     assert state == "PENDING"
     assert reason not in HOLD_REASONS  # None until the next scheduling pass, then BeginTime
-    assert _buttons(d) == (True, False, True)
+    _wait(d, s, lambda: _buttons(d) == (True, False, True), "Hold and Cancel enabled")
 
     # Hold: held again, by the scheduler.
     _click(d, d.scheduler.hold_button)
-    assert f"slurm job {job}: held" in message(), message()
+    _wait(d, s, lambda: f"slurm job {job}: held" in message(), "Hold answered")
     state, reason = cluster.squeue(job) or ("gone", "")
     assert state == "PENDING"
     assert reason in HOLD_REASONS
     assert cluster.job(job)["Reason"] == reason
-    assert _buttons(d) == (False, True, True)
-    assert reason in d.scheduler.status.object
+    _wait(d, s, lambda: _buttons(d) == (False, True, True), "Release and Cancel enabled")
+    _wait(d, s, lambda: reason in d.scheduler.status.object, "the hold reason shown")
 
     # Suspend auto-requeue: the run's setting, and Requeue=0 on the job; Resume: Requeue=1.
     _click(d, d.controls.requeue_button)
@@ -148,8 +149,8 @@ def test_dashboard_shows_and_steers_a_pending_job_on_real_slurm(
     assert d.scheduler.confirm_row.visible
     assert (cluster.squeue(job) or ("gone",))[0] == "PENDING"
     _click(d, d.scheduler.confirm_cancel_button)
-    assert f"slurm job {job}: cancelled while pending" in message(), message()
+    _wait(d, s, lambda: f"slurm job {job}: cancelled while pending" in message(), "the cancel")
     assert cluster.job(job)["JobState"] == "CANCELLED"
     assert cluster.squeue(job) in (None, ("CANCELLED", "None"))
-    assert _buttons(d) == (False, False, False)
+    _wait(d, s, lambda: _buttons(d) == (False, False, False), "every button off")
     _wait(d, s, lambda: "CANCELLED" in d.scheduler.status.object, "the cancelled job shown")
