@@ -10,9 +10,11 @@ pending, running or held, the reason, the restart count.
 one background thread per session asks SLURM at most every :data:`POLL_INTERVAL_S` seconds,
 and only while the selected run has a SLURM job. Its answers reach the widgets the way the
 watcher's snapshots do (see :mod:`ckptdash.dash.delivery`). A click does not run ``scontrol``
-either: it hands its command to the same thread and returns, so a slow controller never holds
-up the page (each call has :data:`ckptdash.slurm_admin.TIMEOUT_S`). The three buttons stay off
-until SLURM has answered the click; the answer appears in the controls' message line.
+either (Hold, Release, Cancel, and the Requeue=0/1 that Suspend / Resume auto-requeue mirrors
+onto the job): it hands its command to the same thread and returns, so a slow controller never
+holds up the page (each call has :data:`ckptdash.slurm_admin.TIMEOUT_S`). After Hold, Release
+or Cancel the three buttons stay off until SLURM has answered; every answer appears in the
+controls' message line.
 """
 
 from __future__ import annotations
@@ -143,7 +145,7 @@ class SchedulerPanel(pn.viewable.Viewer):  # type: ignore[misc]
         self.info = SchedulerInfo()
         self._job: str | None = None  # read by the background thread: guarded by _lock
         self._again = False  # ask SLURM at once, not at the next refresh: guarded by _lock
-        self._clicked: Callable[[], str] | None = None  # a click's command: guarded by _lock
+        self._clicked: list[Callable[[], str]] = []  # clicks' commands, in order: under _lock
         self._buttons_held = False  # off since a click, until SLURM's next answer is shown
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -184,7 +186,7 @@ class SchedulerPanel(pn.viewable.Viewer):  # type: ignore[misc]
     def _hand_over(self, action: Callable[[], str], verb: str) -> None:
         """Queue a click's command for the background thread; say so, and hold the buttons."""
         with self._lock:
-            busy = self._clicked is not None
+            busy = bool(self._clicked)
         if busy:
             self.controls.say(
                 "SLURM has not answered the last click yet; wait for it", problem=True
@@ -195,8 +197,11 @@ class SchedulerPanel(pn.viewable.Viewer):  # type: ignore[misc]
         self._buttons_held = True
         self.hold_button.disabled = self.release_button.disabled = True
         self.cancel_job_button.disabled = True
+        self._queue(action)
+
+    def _queue(self, action: Callable[[], str]) -> None:
         with self._lock:
-            self._clicked = action
+            self._clicked.append(action)
         self._start()
         self._wake.set()
 
@@ -223,17 +228,26 @@ class SchedulerPanel(pn.viewable.Viewer):  # type: ignore[misc]
         return f"slurm job {job}: cancelled while pending ({state})"
 
     def mirror_requeue(self, suspended: bool) -> str:
-        """Mirror the run's new requeue setting onto its job (Requeue=0/1), as the CLI does;
-        "" when there is nothing to tell (not a SLURM run, no ``scontrol`` here)."""
+        """Mirror the run's new requeue setting onto its job (Requeue=0/1), as the CLI does.
+
+        The panel's thread asks SLURM, and its answer replaces the message line; this returns
+        what to say meanwhile, or "" when there is nothing to tell (not a SLURM run, no
+        ``scontrol`` here)."""
         job = self._job
         if job is None or not slurm_admin.available(self._runner):
             return ""
+        flag = "0" if suspended else "1"
         if self.info.job_id == job and self.info.unavailable:
-            # Known unreachable: do not make the click wait for another timeout.
+            # Known unreachable: nothing to ask, and no timeout to wait for.
             return f"slurm job {job}: Requeue not changed: {self.info.unavailable}"
-        said = slurm_admin.mirror_requeue(job, not suspended, runner=self._runner)
-        self.refresh()  # show the new flag now, not at the next refresh
-        return said
+        setting = "auto-requeue suspended" if suspended else "auto-requeue resumed"
+
+        def mirror() -> str:
+            answer = slurm_admin.mirror_requeue(job, not suspended, runner=self._runner)
+            return f"{setting}; {answer}"
+
+        self._queue(mirror)
+        return f"slurm job {job}: asking SLURM to set Requeue={flag} …"
 
     def _require_job(self) -> str:
         # The job's state is not checked here: slurm_admin asks SLURM and refuses (hold of a
@@ -278,7 +292,7 @@ class SchedulerPanel(pn.viewable.Viewer):  # type: ignore[misc]
         self.status.object = render_scheduler(info)
         self._layout.visible = info.job_id is not None
         with self._lock:
-            queued = self._clicked is not None
+            queued = bool(self._clicked)
         if queued:
             return  # the buttons wait until the background thread has taken that click
         self._buttons_held = False
@@ -305,7 +319,7 @@ class SchedulerPanel(pn.viewable.Viewer):  # type: ignore[misc]
             self._wake.clear()  # before reading the job: a wake-up after this is not lost
             with self._lock:
                 job, again, self._again = self._job, self._again, False
-                clicked, self._clicked = self._clicked, None
+                clicked = self._clicked.pop(0) if self._clicked else None
             if clicked is not None:
                 self._say(self.controls.outcome(clicked))
                 self.refresh()  # SLURM's view after the click: it also frees the buttons

@@ -352,16 +352,21 @@ def test_suspend_toggle_mirrors_requeue_onto_the_job(
     runner = FakeRunner(**{"77": job("RUNNING")})
     p = page(runner)
     _asked(p, wait_until)
+    runner.gate.clear()  # SLURM answers only when the test says so
     p.click(p.controls.requeue_button)
+    # The run's own setting at once; SLURM's flag by the panel's thread, the click not waiting.
     assert control.read_settings(p.root).requeue_suspended
+    with p.lock:
+        assert "auto-requeue suspended; slurm job 77: asking SLURM to set Requeue=0" in p.message
+    runner.gate.set()
+    _said(p, wait_until, "auto-requeue suspended; slurm job 77: Requeue=0 (RUNNING")
     assert runner.made("scontrol", "update", "JobId=77", "Requeue=0")
-    assert "auto-requeue suspended; slurm job 77: Requeue=0 (RUNNING" in p.message
 
     p.publish(requeue_suspended=True)  # what the watcher reads back from the settings file
     p.click(p.controls.requeue_button)
     assert not control.read_settings(p.root).requeue_suspended
+    _said(p, wait_until, "auto-requeue resumed; slurm job 77: Requeue=1")
     assert runner.made("scontrol", "update", "JobId=77", "Requeue=1")
-    assert "auto-requeue resumed; slurm job 77: Requeue=1" in p.message
     wait_until(lambda: "requeue on" in p.panel.status.object, timeout=5, what="the new flag")
 
 
@@ -374,8 +379,8 @@ def test_a_refused_mirror_says_the_run_setting_changed_and_the_fix(
     _asked(p, wait_until)
     p.click(p.controls.requeue_button)
     assert control.read_settings(p.root).requeue_suspended  # the run's own setting holds
+    _said(p, wait_until, "scontrol update JobId=77 Requeue=0")
     assert "problem" in p.message
-    assert "scontrol update JobId=77 Requeue=0" in p.message
     assert "setting is changed (auto-requeue suspended)" in p.message
 
 

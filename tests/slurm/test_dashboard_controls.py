@@ -131,7 +131,8 @@ def test_dashboard_shows_and_steers_a_pending_job_on_real_slurm(
 
     # Suspend auto-requeue: the run's setting, and Requeue=0 on the job; Resume: Requeue=1.
     _click(d, d.controls.requeue_button)
-    assert f"auto-requeue suspended; slurm job {job}: Requeue=0" in message(), message()
+    suspended = f"auto-requeue suspended; slurm job {job}: Requeue=0 ("
+    _wait(d, s, lambda: suspended in message(), "Requeue=0 answered")
     assert cluster.job(job)["Requeue"] == "0"
     _wait(
         d,
@@ -141,7 +142,8 @@ def test_dashboard_shows_and_steers_a_pending_job_on_real_slurm(
     )
     _wait(d, s, lambda: "requeue off" in d.scheduler.status.object, "Requeue=0 shown")
     _click(d, d.controls.requeue_button)
-    assert f"auto-requeue resumed; slurm job {job}: Requeue=1" in message(), message()
+    resumed = f"auto-requeue resumed; slurm job {job}: Requeue=1 ("
+    _wait(d, s, lambda: resumed in message(), "Requeue=1 answered")
     assert cluster.job(job)["Requeue"] == "1"
 
     # Cancel pending job: nothing happens until confirmed; then SLURM cancels it.
