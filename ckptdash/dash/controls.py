@@ -61,6 +61,11 @@ def confirmation(question: str, detail: str, confirm: Any, cancel: Any) -> Any:
     )
 
 
+def requeue_said(suspended: bool) -> str:
+    """What a click on Suspend / Resume auto-requeue says it did to the run's setting."""
+    return "auto-requeue suspended" if suspended else "auto-requeue resumed"
+
+
 def button_label(widget: Any) -> str:
     return str(widget.label if _NEW_BUTTON_API else widget.name)
 
@@ -117,7 +122,7 @@ class ControlActions:
         snap = self._run()
         control.update_settings(snap.root, requeue_suspended=suspended, author=self._author())
         self._nudge()
-        said = "auto-requeue suspended" if suspended else "auto-requeue resumed"
+        said = requeue_said(suspended)
         # After the run's own setting: it holds even when the scheduler refuses the mirror.
         mirrored = self._mirror_requeue(suspended)
         return f"{said}; {mirrored}" if mirrored else said

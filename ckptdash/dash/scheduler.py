@@ -28,7 +28,7 @@ from typing import Any, Final
 import panel as pn
 
 from ckptdash import slurm_admin
-from ckptdash.dash.controls import Controls, button, confirmation
+from ckptdash.dash.controls import Controls, button, confirmation, requeue_said
 from ckptdash.dash.delivery import Delivery
 from ckptdash.dash.model import DashModel
 from ckptdash.dash.snapshot import RunSnapshot
@@ -240,11 +240,11 @@ class SchedulerPanel(pn.viewable.Viewer):  # type: ignore[misc]
         if self.info.job_id == job and self.info.unavailable:
             # Known unreachable: nothing to ask, and no timeout to wait for.
             return f"slurm job {job}: Requeue not changed: {self.info.unavailable}"
-        setting = "auto-requeue suspended" if suspended else "auto-requeue resumed"
 
         def mirror() -> str:
+            # Replaces the click's whole message line, so it repeats the setting's part.
             answer = slurm_admin.mirror_requeue(job, not suspended, runner=self._runner)
-            return f"{setting}; {answer}"
+            return f"{requeue_said(suspended)}; {answer}"
 
         self._queue(mirror)
         return f"slurm job {job}: asking SLURM to set Requeue={flag} …"
