@@ -6,6 +6,7 @@
     ├── ControlError           a command or the settings file cannot be written or read
     │   └── MalformedControlFile   a command/settings file on disk does not parse
     │       └── UnreadableControlFile  it could not be read (permissions); may work later
+    ├── CheckpointChoiceError  the checkpoint the user asked to resume from is not valid
     ├── AtomicWriteError       an atomic write could not complete (the old file is intact)
     └── EventWriteError        an event could not be appended (disk full, permissions, I/O)
 
@@ -38,6 +39,11 @@ class MalformedControlFile(ControlError):
 
 class UnreadableControlFile(MalformedControlFile):
     """A command or settings file exists but cannot be read now (permissions, I/O)."""
+
+
+class CheckpointChoiceError(CkptDashError, ValueError):
+    """The checkpoint given to resume from (``fit(ckpt_path=...)``) fails validation; the
+    message names it, why, and the newest valid checkpoint to use instead."""
 
 
 class AtomicWriteError(CkptDashError, OSError):

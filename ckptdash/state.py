@@ -478,7 +478,9 @@ class RunState:
             if isinstance(end, ev_.RunFailed):
                 info.outcome, info.end_reason = "failed", end.error
             else:
-                info.outcome = "finished" if end.reason == "completed" else "stopped"
+                # "completed: <why>" (e.g. early stopping) is a finished run that says why.
+                done = end.reason == "completed" or end.reason.startswith("completed:")
+                info.outcome = "finished" if done else "stopped"
                 info.end_reason = end.reason
         else:
             info.outcome = "lost" if n < newest else "running"

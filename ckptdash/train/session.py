@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from ckptdash import control
-from ckptdash.errors import CkptDashError
+from ckptdash.errors import CheckpointChoiceError, CkptDashError
 from ckptdash.events import (
     CheckpointInvalid,
     CheckpointSaved,
@@ -51,7 +51,7 @@ from ckptdash.events import (
     Trigger,
     decode_lines,
 )
-from ckptdash.resume import ResumeChoice, choose_resume
+from ckptdash.resume import ResumeChoice, choose_resume, judge_given
 from ckptdash.rundir import RunDir
 from ckptdash.train import dist
 from ckptdash.train.config import ConfigError, TrainConfig
@@ -237,6 +237,22 @@ class Session:
         assert choice is not None
         return choice
 
+    def check_given(self, path: str) -> str:
+        """Validate a checkpoint the user chose to resume from (rank 0 judges, every rank gets
+        the answer): the ``run_resumed`` reason, or :class:`~ckptdash.errors.CheckpointChoiceError`
+        on every rank after recording why as ``checkpoint_invalid``."""
+        verdict = None
+        if self.rank == 0:
+            verdict = judge_given(self.run, path, validate=self.config.validate)
+            if verdict.error is not None:
+                reason = f"given to resume from, refused: {verdict.problem}"
+                self.writer.emit(CheckpointInvalid, path=verdict.path, reason=reason)
+        verdict = dist.broadcast_object(verdict)
+        assert verdict is not None
+        if verdict.error is not None:
+            raise CheckpointChoiceError(verdict.error)
+        return verdict.reason
+
     def record_resumed(self, path: str, reason: str, step: int | None = None) -> None:
         """Record that this attempt loaded ``path`` (rank 0)."""
         if self.rank == 0:
@@ -252,12 +268,12 @@ class Session:
                 self._answer(
                     claimed, CommandExpired, reason="training ended before the command was applied"
                 )
-            if error is not None:
-                self.writer.emit(
-                    RunFailed, step=self.step, error=f"{type(error).__name__}: {error}"
-                )
-            else:
-                self.writer.emit(RunFinished, step=self.step, reason=self.stop_reason or reason)
+        if error is not None:
+            # On every rank that saw it (others in their own file): when one rank fails,
+            # rank 0 may never get to record anything.
+            self.writer.emit(RunFailed, step=self.step, error=f"{type(error).__name__}: {error}")
+        elif self.rank == 0:
+            self.writer.emit(RunFinished, step=self.step, reason=self.stop_reason or reason)
         # Only now: a SIGTERM while the outcome is written (SLURM's, right after a requeue)
         # is recorded by our handler instead of ending the process first.
         self.signals.uninstall()
