@@ -23,6 +23,7 @@ from typing import Any, Final
 
 from ckptdash.events import CheckpointRemoved, CheckpointSaved, Trigger
 from ckptdash.train.config import TrainConfig
+from ckptdash.train.forward import forward_to_children
 from ckptdash.train.saving import META_KEY, durable_existing, record_save, save_atomic
 from ckptdash.train.scheduler import Scheduler
 from ckptdash.train.session import Decision, Session
@@ -158,9 +159,9 @@ def _given_ckpt_path(trainer: Any) -> Any:
         if code == "fit" and local.get("self") is trainer and "ckpt_path" in local:
             return local["ckpt_path"]
         if code == "_wrapping_function":  # fit's arguments, as the launcher passed them on
-            function, args = local.get("function"), local.get("args") or ()
-            if getattr(function, "__name__", "") == "_fit_impl" and len(args) >= 5:
-                return args[4]
+            function, args = local.get("function"), local.get("args")
+            if getattr(function, "__name__", "") == "_fit_impl" and isinstance(args, tuple):
+                return args[4] if len(args) >= 5 else _UNKNOWN
         frame = frame.f_back
     return _UNKNOWN
 
@@ -173,6 +174,17 @@ def _end_reason(trainer: Any) -> str:
         if isinstance(cb, EarlyStopping) and (cb.stopped_epoch or message):
             return f"completed: early stopping ({message or f'monitor {cb.monitor!r}'})"
     return "completed"
+
+
+def _in_spawn_launcher() -> bool:
+    """Whether this runs inside a multiprocessing launcher's ``launch`` (ddp_spawn)."""
+    frame = inspect.currentframe()
+    while frame is not None:
+        owner = frame.f_locals.get("self")
+        if frame.f_code.co_name == "launch" and type(owner).__name__ == "_MultiProcessingLauncher":
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _under_lightning_interrupt_handling() -> bool:
@@ -286,6 +298,14 @@ class CkptDashCallback(pl.Callback):
         self._error: BaseException | None = None
         self._ticker: Ticker | None = None
         _skip_unused_hooks(self)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # ddp_spawn pickles the Trainer, callbacks included, for its workers: the one moment a
+        # callback runs in the launcher. A signal to the launcher (SLURM's --signal=B: with
+        # `exec python`) would kill it and its workers; from now on it reaches the workers.
+        if self.session is None and _in_spawn_launcher():
+            forward_to_children(list(self.config.signals))
+        return self.__dict__.copy()
 
     # --- triggers ------------------------------------------------------------------------------
 
