@@ -27,6 +27,7 @@ from ckptdash.train.forward import forward_to_children
 from ckptdash.train.saving import META_KEY, durable_existing, record_save, save_atomic
 from ckptdash.train.scheduler import Scheduler
 from ckptdash.train.session import Decision, Session
+from ckptdash.train.signals import signal_name
 from ckptdash.train.ticker import Ticker
 
 try:
@@ -174,6 +175,16 @@ def _end_reason(trainer: Any) -> str:
         if isinstance(cb, EarlyStopping) and (cb.stopped_epoch or message):
             return f"completed: early stopping ({message or f'monitor {cb.monitor!r}'})"
     return "completed"
+
+
+def _lightning_requeue_signal(trainer: Any) -> str | None:
+    """The signal of Lightning's SLURM auto-requeue when it is on (SLURM detected), else None."""
+    connector = getattr(trainer, "_accelerator_connector", None)
+    env = getattr(connector, "cluster_environment", None)
+    if type(env).__name__ != "SLURMEnvironment" or not getattr(env, "auto_requeue", False):
+        return None
+    signum = getattr(env, "requeue_signal", None)
+    return None if signum is None else signal_name(int(signum))
 
 
 def _in_spawn_launcher() -> bool:
@@ -468,7 +479,14 @@ class CkptDashCallback(pl.Callback):
             return
         # Installed after Lightning registered its own handlers, so ours run first and
         # Lightning's SIGTERM handler cannot end fit() before the signal save.
+        requeue_signal = _lightning_requeue_signal(trainer)
+        if requeue_signal is not None:
+            # Lightning's SLURM auto-requeue is on: its handler would save hpc_ckpt_N mid-step
+            # and requeue behind ckptdash's back. Its signal becomes one of ours instead: the
+            # same save at the step boundary, ckptdash's requeue and budget.
+            session.also_handle(requeue_signal, "requeue")
         session.signals.install()
+        session.announce_signals()
         overridden = type(self).on_train_batch_end is not CkptDashCallback.on_train_batch_end
         if session.world_size == 1 and not overridden:
             # One process: check when a period has passed or a signal came, not at every step.

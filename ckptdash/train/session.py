@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import re
 import socket
+import sys
 import time
 import traceback
 import warnings
@@ -54,11 +55,11 @@ from ckptdash.events import (
 from ckptdash.resume import ResumeChoice, choose_resume, judge_given
 from ckptdash.rundir import RunDir
 from ckptdash.train import dist
-from ckptdash.train.config import ConfigError, TrainConfig
+from ckptdash.train.config import ConfigError, SignalAction, TrainConfig
 from ckptdash.train.guard import RunGuard
 from ckptdash.train.recovery import recover
 from ckptdash.train.scheduler import Scheduler, detect
-from ckptdash.train.signals import SignalRecorder
+from ckptdash.train.signals import SignalRecorder, signal_number
 from ckptdash.writer import EventWriter
 
 # Codes carried by the agreement collective (MAX wins across ranks).
@@ -66,6 +67,8 @@ _NO_SIGNAL, _TERMINATE, _REQUEUE = 0, 1, 2
 _ACTION_CODE = {"ignore": _NO_SIGNAL, "terminate": _TERMINATE, "requeue": _REQUEUE}
 _ATTEMPT_RE = re.compile(r"^A(\d{4,})\.")
 _RANK0_RE = re.compile(r"^A(\d{4,})\.R0000\.")
+REQUEUED: list[str | None] = []
+"""Job ids this process requeued (a launcher helper must then not report a final result)."""
 
 
 def _attempt_jobs(files: list[Path]) -> dict[int, str | None]:
@@ -224,7 +227,50 @@ class Session:
             recover(self, run_guard.view, started.t)  # orphaned commands, interrupted saves
         if install_signals:
             self.signals.install()
+            self.announce_signals()
         self._last_check_time = time.monotonic()
+
+    def also_handle(self, name: str, action: SignalAction) -> None:
+        """Handle signal ``name`` with ``action`` too (before the handlers are installed), e.g.
+        the requeue signal another library set up (Lightning's SLURM auto-requeue)."""
+        key = "SIG" + name.upper().removeprefix("SIG")
+        if key not in self._actions:
+            self._actions[key] = action
+            self.signals.add(key)
+
+    def announce_signals(self) -> str:
+        """Say on stderr (rank 0), in one line, what each signal will do; returns the line."""
+        line = "ckptdash: " + "; ".join(
+            f"{name} -> {self._signal_plan(name)}" for name in self._actions
+        )
+        if self.rank == 0:
+            print(line, file=sys.stderr, flush=True)
+        return line
+
+    def _signal_plan(self, name: str) -> str:
+        action = self._actions[name]
+        if action == "ignore":
+            plan = "record only"
+        else:
+            plan = "save at the next step boundary"
+            if action == "requeue":
+                plan += ", requeue " + self._requeue_plan()
+            if self.config.exit_on_signal:
+                plan += ", stop"
+        owner = self.signals.previous_owner(signal_number(name))
+        if owner is not None:
+            who, chained = owner
+            plan += f" (then {who}'s handler runs)" if chained else f" (replaces {who}'s handler)"
+        return plan
+
+    def _requeue_plan(self) -> str:
+        if self.config.requeue == "off":
+            return "off (TrainConfig.requeue='off')"
+        if not self.scheduler.can_requeue:
+            return f"impossible (no scheduler: {self.scheduler.name})"
+        budget = self.config.max_attempts
+        limit = f", at most {budget} attempts" if budget is not None else ""
+        return f"by ckptdash ({self.scheduler.name} job {self.scheduler.job_id}{limit})"
 
     def choose_resume(self) -> ResumeChoice:
         """Apply the resume rule on rank 0, tell every rank, and record the choice and skips."""
@@ -460,6 +506,7 @@ class Session:
             return
         result = self.scheduler.requeue()
         if result.ok:
+            REQUEUED.append(self.scheduler.job_id)
             self.writer.emit(
                 RequeueIssued, step=self.step, job_id=self.scheduler.job_id, command=result.command
             )

@@ -6,14 +6,16 @@ Real Lightning on CPU, one process (the DDP and ddp_spawn cases are in
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
-from tests.train.helpers import state_of
+from tests.train.helpers import fake_scontrol, slurm_env, state_of
 
 L = pytest.importorskip("lightning.pytorch", reason="install the lightning extra: make test")
 from lightning.pytorch.callbacks import (  # noqa: E402
@@ -211,3 +213,65 @@ def _events(run: Path) -> list[dict[str, Any]]:
     for f in sorted((run / "events").iterdir()):
         out += [json.loads(line) for line in f.read_text().splitlines() if line]
     return out
+
+
+def _lightning_sees_slurm(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, restart: int) -> Path:
+    """A SLURM batch job as Lightning detects it (SLURM_NTASKS set): its auto-requeue is on."""
+    log = tmp_path / "scontrol.log"
+    fake_scontrol(tmp_path / "bin", log)
+    slurm_env(monkeypatch, tmp_path / "bin", restart=restart)
+    for name, value in {"SLURM_NTASKS": "1", "SLURM_PROCID": "0", "SLURM_LOCALID": "0"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("SLURM_NODEID", "0")
+    monkeypatch.setenv("SLURM_NODELIST", "localhost")
+    return log
+
+
+def test_lightning_auto_requeue_signal_is_ckptdash_s(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """With Lightning's SLURM auto-requeue left on, its USR1 is recorded as a signal, saved at
+    the step boundary with trigger `signal` (no mid-step hpc_ckpt_N), requeued once by ckptdash;
+    at start a line says what each signal will do."""
+    log = _lightning_sees_slurm(monkeypatch, tmp_path, restart=0)
+
+    class Usr1(Tiny):
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            if self.trainer.global_step == 5:
+                os.kill(os.getpid(), signal.SIGUSR1)
+            return super().training_step(batch, batch_idx)
+
+    run = tmp_path / "run"
+    t = trainer(run, 40, [callback(run)])
+    t.fit(Usr1())
+    assert t.global_step == 6
+    state = state_of(run)
+    assert [(s.signal, s.action) for s in state.signals] == [("SIGUSR1", "requeue")]
+    (saved,) = [c for c in state.checkpoints.values() if c.trigger != "periodic"]
+    assert saved.trigger == "signal" and saved.step == 6
+    assert not list(run.glob("hpc_ckpt_*"))
+    assert [r.issued for r in state.requeues] == [True]
+    assert log.read_text().split() == ["requeue", "4242"]
+    line = next(x for x in capfd.readouterr().err.splitlines() if x.startswith("ckptdash: "))
+    assert "SIGUSR1 -> save at the next step boundary, requeue by ckptdash" in line
+    assert "(replaces Lightning's handler)" in line
+
+
+def test_lightning_auto_requeue_signal_respects_the_requeue_budget(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Lightning's USR1 on the last attempt the budget allows: saved, not requeued, and the
+    requeue_skipped event says the budget was reached."""
+    log = _lightning_sees_slurm(monkeypatch, tmp_path, restart=1)
+
+    class Usr1(Tiny):
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            if self.trainer.global_step == 3:
+                os.kill(os.getpid(), signal.SIGUSR1)
+            return super().training_step(batch, batch_idx)
+
+    run = tmp_path / "run"
+    trainer(run, 40, [callback(run, max_attempts=2)]).fit(Usr1())
+    (skipped,) = state_of(run).requeues
+    assert not skipped.issued and "budget" in skipped.reason
+    assert not log.exists()
