@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import socket
 import sys
 import time
@@ -240,9 +241,19 @@ class Session:
 
     def announce_signals(self) -> str:
         """Say on stderr (rank 0), in one line, what each signal will do; returns the line."""
-        line = "ckptdash: " + "; ".join(
-            f"{name} -> {self._signal_plan(name)}" for name in self._actions
-        )
+        plans = [f"{name} -> {self._signal_plan(name)}" for name in self._actions]
+        if (
+            self.scheduler.name == "slurm"
+            and "SIGUSR1" not in self._actions
+            and signal.getsignal(signal.SIGUSR1) in (signal.SIG_DFL, None)
+        ):
+            # SLURM's usual --signal=USR1 (Lightning's default) with nobody to catch it,
+            # e.g. Lightning not detecting SLURM without --ntasks: the process just dies.
+            plans.append(
+                "SIGUSR1 -> nobody handles it: it ends the process unsaved (send USR2, or map"
+                " it: TrainConfig(signals={'SIGUSR1': 'requeue', 'SIGTERM': 'terminate'}))"
+            )
+        line = "ckptdash: " + "; ".join(plans)
         if self.rank == 0:
             print(line, file=sys.stderr, flush=True)
         return line

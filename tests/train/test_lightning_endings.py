@@ -275,3 +275,18 @@ def test_lightning_auto_requeue_signal_respects_the_requeue_budget(
     (skipped,) = state_of(run).requeues
     assert not skipped.issued and "budget" in skipped.reason
     assert not log.exists()
+
+
+def test_start_up_line_warns_when_nobody_handles_slurm_s_usr1(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """In a SLURM job that Lightning does not recognise (no --ntasks), the start-up line says
+    that USR1 would end the process unsaved, and how to map it."""
+    fake_scontrol(tmp_path / "bin", tmp_path / "scontrol.log")
+    slurm_env(monkeypatch, tmp_path / "bin")
+    monkeypatch.delenv("SLURM_NTASKS", raising=False)
+    run = tmp_path / "run"
+    trainer(run, 2, [callback(run)]).fit(Tiny())
+    line = next(x for x in capfd.readouterr().err.splitlines() if x.startswith("ckptdash: "))
+    assert "SIGUSR2 -> save at the next step boundary, requeue by ckptdash" in line
+    assert "SIGUSR1 -> nobody handles it" in line
