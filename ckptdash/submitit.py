@@ -17,6 +17,8 @@ applies) and the loop stops. The function then returns early, with a partial
 value: :func:`preemptible` turns that return into an exit *without a result*,
 so submitit writes none and ``job.result()`` waits for the requeued attempt,
 which resumes from the signal save and returns the finished training's value.
+(A SIGTERM stop, with no requeue by ckptdash, also leaves no result: better none
+than a partial one reported as final.)
 """
 
 from __future__ import annotations
@@ -24,28 +26,30 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
-from ckptdash.train.session import REQUEUED
+from ckptdash.train.session import SIGNAL_STOPS
 
 R = TypeVar("R")
 
-REQUEUED_EXIT_CODE = 3
-"""Exit status of an attempt that ckptdash requeued (SLURM counts the job as requeued)."""
+STOPPED_EXIT_CODE = 3
+"""Exit status of an attempt that a signal stopped (requeued, or about to be killed)."""
 
 
 class Preemptible(Generic[R]):
-    """A picklable wrapper: calls the function; if ckptdash requeued the job meanwhile, exits
-    without returning, so that submitit records no result for this attempt."""
+    """A picklable wrapper: calls the function; if a signal stopped its training meanwhile
+    (ckptdash saved, and requeued where the policy allowed), exits without returning, so that
+    submitit records no result for this attempt: the requeued attempt gives the result, and a
+    job killed without requeue ends without a result instead of a partial one."""
 
     def __init__(self, function: Callable[..., R]) -> None:
         self.function = function
 
     def __call__(self, *args: Any, **kwargs: Any) -> R:
-        before = len(REQUEUED)
+        before = len(SIGNAL_STOPS)
         result = self.function(*args, **kwargs)
-        if len(REQUEUED) > before:
+        if len(SIGNAL_STOPS) > before:
             # SystemExit is not an Exception: submitit's job runner lets it through without
             # writing a result or an error, as its own requeue does.
-            raise SystemExit(REQUEUED_EXIT_CODE)
+            raise SystemExit(STOPPED_EXIT_CODE)
         return result
 
     def __repr__(self) -> str:

@@ -68,8 +68,9 @@ _NO_SIGNAL, _TERMINATE, _REQUEUE = 0, 1, 2
 _ACTION_CODE = {"ignore": _NO_SIGNAL, "terminate": _TERMINATE, "requeue": _REQUEUE}
 _ATTEMPT_RE = re.compile(r"^A(\d{4,})\.")
 _RANK0_RE = re.compile(r"^A(\d{4,})\.R0000\.")
-REQUEUED: list[str | None] = []
-"""Job ids this process requeued (a launcher helper must then not report a final result)."""
+SIGNAL_STOPS: list[str] = []
+"""Why each signal stop in this process stopped training (``preempted``, ``terminated``): a
+launcher helper must then not report the function's early return as a final result."""
 
 
 def _attempt_jobs(files: list[Path]) -> dict[int, str | None]:
@@ -501,6 +502,8 @@ class Session:
             self._requeue()
         if decision.stop:
             self.stop_reason = decision.reason
+            if decision.trigger == "signal":
+                SIGNAL_STOPS.append(decision.reason)
 
     def save_failed(self, error: BaseException) -> None:
         """A decided save failed: reject the commands waiting on it, keep training."""
@@ -517,7 +520,6 @@ class Session:
             return
         result = self.scheduler.requeue()
         if result.ok:
-            REQUEUED.append(self.scheduler.job_id)
             self.writer.emit(
                 RequeueIssued, step=self.step, job_id=self.scheduler.job_id, command=result.command
             )
