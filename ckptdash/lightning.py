@@ -358,9 +358,9 @@ class CkptDashCallback(pl.Callback):
         session.start(max_steps=max_steps, install_signals=False)
         self._wrap_checkpoint_io(trainer, session)
         self._record_sharded_saves(trainer, session)
-        self._close_on_failure(trainer)
         if self.config.resume:
             self._hook_resume(trainer, session)
+        self._close_on_failure(trainer)  # after: a refused ckpt_path fails the attempt too
 
     def _wrap_checkpoint_io(self, trainer: Any, session: Session) -> None:
         io = trainer.strategy.checkpoint_io
@@ -419,16 +419,21 @@ class CkptDashCallback(pl.Callback):
             strategy.on_exception = on_exception
         if _under_lightning_interrupt_handling():
             return
-        run_stage = trainer._run_stage
+        trainer._run_stage = self._failing_on_error(trainer, trainer._run_stage)
+        connector = trainer._checkpoint_connector  # the resume choice can refuse (invalid)
+        connector.resume_start = self._failing_on_error(trainer, connector.resume_start)
 
-        def guarded_run_stage(*args: Any, **kwargs: Any) -> Any:
+    def _failing_on_error(self, trainer: Any, method: Callable[..., Any]) -> Callable[..., Any]:
+        """``method``, ending the attempt as failed when it raises (for a bare ddp_spawn worker)."""
+
+        def guarded(*args: Any, **kwargs: Any) -> Any:
             try:
-                return run_stage(*args, **kwargs)
+                return method(*args, **kwargs)
             except BaseException as exc:
                 self._fail(trainer, exc)
                 raise
 
-        trainer._run_stage = guarded_run_stage
+        return guarded
 
     def _fail(self, trainer: Any, exception: BaseException) -> None:
         """Record the exception (once) and end the attempt as failed, on this rank."""
@@ -441,7 +446,10 @@ class CkptDashCallback(pl.Callback):
         if self._error is None:  # on_exception did not run (a ddp_spawn worker)
             session.record_exception(exception)
         error, self._error = self._error or exception, None
-        session.close(error=error)
+        if isinstance(error, KeyboardInterrupt):  # Ctrl+C: stopped on purpose, as in Monitor
+            session.close(reason="interrupted")
+        else:
+            session.close(error=error)
 
     def _hook_resume(self, trainer: Any, session: Session) -> None:
         # Lightning picks the path inside fit() before any hook runs, then hands it to

@@ -290,3 +290,24 @@ def test_start_up_line_warns_when_nobody_handles_slurm_s_usr1(
     line = next(x for x in capfd.readouterr().err.splitlines() if x.startswith("ckptdash: "))
     assert "SIGUSR2 -> save at the next step boundary, requeue by ckptdash" in line
     assert "SIGUSR1 -> nobody handles it" in line
+
+
+def test_ctrl_c_in_fit_is_recorded_as_interrupted(tmp_path: Path) -> None:
+    """A KeyboardInterrupt in fit() (Lightning then exits the process) ends the attempt on the
+    record as stopped, "interrupted" — as with Monitor — not left running."""
+
+    class CtrlC(Tiny):
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            if self.trainer.global_step == 3:
+                raise KeyboardInterrupt
+            return super().training_step(batch, batch_idx)
+
+    run = tmp_path / "run"
+    sigint = signal.getsignal(signal.SIGINT)
+    try:
+        with pytest.raises(SystemExit):  # Lightning's graceful shutdown ends with sys.exit(1)
+            trainer(run, 20, [callback(run)]).fit(CtrlC())
+    finally:
+        signal.signal(signal.SIGINT, sigint)  # Lightning ignores Ctrl+C from then on
+    (attempt,) = state_of(run).attempts.values()
+    assert (attempt.outcome, attempt.end_reason) == ("stopped", "interrupted")
