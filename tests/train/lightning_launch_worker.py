@@ -2,9 +2,10 @@
 
 ``--strategy ddp`` re-executes this script for rank 1 (Lightning's subprocess launcher);
 ``ddp_spawn`` trains in two spawned workers while this process waits. ``--raise-at N``
-makes every rank raise at step N. ``--ready-at N`` has rank 0 write ``REPORT_DIR/ready``
-at step N and slows the steps from then on, so that a test can signal the launcher while
-training runs. The launcher process writes ``REPORT_DIR/launcher.json`` at the end.
+makes every rank (or only ``--raise-rank R``) raise at step N. ``--ready-at N`` has rank 0
+write ``REPORT_DIR/ready`` at step N and slows the steps from then on, so that a test can
+signal the launcher while training runs. The launcher process writes
+``REPORT_DIR/launcher.json`` at the end.
 """
 
 from __future__ import annotations
@@ -27,14 +28,15 @@ class Tiny(pl.LightningModule):  # type: ignore[misc]
     """A linear model on random data that can raise or announce a step (module level: the
     spawned workers unpickle it)."""
 
-    def __init__(self, report_dir: str, raise_at: int, ready_at: int) -> None:
+    def __init__(self, report_dir: str, raise_at: int, raise_rank: int, ready_at: int) -> None:
         super().__init__()
         self.layer = torch.nn.Linear(4, 1)
         self.report_dir, self.raise_at, self.ready_at = report_dir, raise_at, ready_at
+        self.raise_rank = raise_rank
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         step = self.trainer.global_step
-        if step == self.raise_at:
+        if step == self.raise_at and self.raise_rank in (-1, self.global_rank):
             raise RuntimeError(f"boom at step {step} on rank {self.global_rank}")
         if 0 <= self.ready_at <= step:
             if step == self.ready_at and self.global_rank == 0:
@@ -57,6 +59,7 @@ def main() -> None:
     parser.add_argument("--strategy", choices=["ddp", "ddp_spawn"], required=True)
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--raise-at", type=int, default=-1)
+    parser.add_argument("--raise-rank", type=int, default=-1, help="only this rank raises")
     parser.add_argument("--ready-at", type=int, default=-1)
     args = parser.parse_args()
     args.report_dir.mkdir(parents=True, exist_ok=True)
@@ -75,7 +78,7 @@ def main() -> None:
     )
     report: dict[str, Any] = {"pid": os.getpid(), "error": None}
     try:
-        trainer.fit(Tiny(str(args.report_dir), args.raise_at, args.ready_at))
+        trainer.fit(Tiny(str(args.report_dir), args.raise_at, args.raise_rank, args.ready_at))
     except BaseException as exc:
         report["error"] = "".join(traceback.format_exception_only(exc))
     report["global_step"] = trainer.global_step

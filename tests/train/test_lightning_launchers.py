@@ -88,19 +88,24 @@ def _run_failed_ranks(run: Path) -> dict[int, str]:
     return out
 
 
-@pytest.mark.parametrize("strategy", ["ddp", "ddp_spawn"])
-def test_a_crash_under_ddp_is_recorded_on_every_rank(launch: Any, strategy: str) -> None:
-    """When every rank raises, every rank records run_failed with its error and the attempt is
-    failed: under ddp (Lightning calls on_exception, never teardown) and ddp_spawn (a worker
-    runs fit() with no hook at all on the way out)."""
-    job = launch("--strategy", strategy, "--raise-at", "5")
+@pytest.mark.parametrize(("strategy", "raising"), [("ddp", "1"), ("ddp_spawn", "-1")])
+def test_a_crash_under_ddp_is_recorded_on_every_rank(
+    launch: Any, strategy: str, raising: str
+) -> None:
+    """A crash records run_failed on every rank with its own error, and the attempt is failed
+    with the first error as its cause: under ddp with only rank 1 raising (Lightning calls
+    on_exception, never teardown; rank 0 then fails in its collective) and under ddp_spawn
+    with both workers raising (a worker runs fit() with no hook at all on the way out)."""
+    job = launch("--strategy", strategy, "--raise-at", "5", "--raise-rank", raising)
     report = job.wait()
-    assert "boom at step 5" in (report["error"] or ""), job.output()
+    assert report["error"], job.output()
     failed = _run_failed_ranks(job.run)
     assert sorted(failed) == [0, 1], job.output()
     assert failed[1] == "RuntimeError: boom at step 5 on rank 1"
     (attempt,) = state_of(job.run).attempts.values()
     assert attempt.outcome == "failed"
+    if raising == "1":
+        assert attempt.end_reason == failed[1]  # the cause, not rank 0's lost connection
 
 
 def test_ddp_spawn_launcher_signal_reaches_the_workers(
