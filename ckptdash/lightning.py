@@ -481,10 +481,14 @@ class CkptDashCallback(pl.Callback):
 
         connector.resume_start = resume_start
 
-    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
-        session = self.session
-        if session is None:
-            return
+    def on_sanity_check_start(self, trainer: Any, pl_module: Any) -> None:
+        # The sanity-check validation runs with Lightning's handlers already registered.
+        if self.session is not None:
+            self._take_signals_over(trainer, self.session)
+
+    def _take_signals_over(self, trainer: Any, session: Session) -> None:
+        if session.signals.installed:
+            return  # since the sanity check
         # Installed after Lightning registered its own handlers, so ours run first and
         # Lightning's SIGTERM handler cannot end fit() before the signal save.
         requeue_signal = _lightning_requeue_signal(trainer)
@@ -495,6 +499,12 @@ class CkptDashCallback(pl.Callback):
             session.also_handle(requeue_signal, "requeue")
         session.signals.install()
         session.announce_signals()
+
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        session = self.session
+        if session is None:
+            return
+        self._take_signals_over(trainer, session)
         overridden = type(self).on_train_batch_end is not CkptDashCallback.on_train_batch_end
         if session.world_size == 1 and not overridden:
             # One process: check when a period has passed or a signal came, not at every step.

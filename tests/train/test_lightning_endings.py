@@ -311,3 +311,27 @@ def test_ctrl_c_in_fit_is_recorded_as_interrupted(tmp_path: Path) -> None:
         signal.signal(signal.SIGINT, sigint)  # Lightning ignores Ctrl+C from then on
     (attempt,) = state_of(run).attempts.values()
     assert (attempt.outcome, attempt.end_reason) == ("stopped", "interrupted")
+
+
+def test_lightning_s_usr1_during_the_sanity_check_is_ckptdash_s_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """USR1 during the sanity-check validation (Lightning's handlers are registered by then)
+    is taken at the first step boundary: a signal save, no hpc_ckpt_N."""
+    _lightning_sees_slurm(monkeypatch, tmp_path, restart=0)
+
+    class Validated(Tiny):
+        def validation_step(self, batch: Any, batch_idx: int) -> None:
+            if self.trainer.sanity_checking and batch_idx == 0:
+                os.kill(os.getpid(), signal.SIGUSR1)
+
+        def val_dataloader(self) -> Any:
+            return self.train_dataloader()
+
+    run = tmp_path / "run"
+    t = trainer(run, 40, [callback(run)], enable_checkpointing=False, limit_val_batches=1)
+    t.fit(Validated())
+    assert t.global_step == 1
+    (saved,) = state_of(run).checkpoints.values()
+    assert saved.trigger == "signal"
+    assert not list(run.glob("hpc_ckpt_*"))
