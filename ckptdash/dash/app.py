@@ -28,6 +28,7 @@ from typing import Any, Final
 
 import panel as pn
 
+from ckptdash.dash import embed
 from ckptdash.dash.controls import ControlActions, Controls, default_author
 from ckptdash.dash.delivery import Delivery
 from ckptdash.dash.hub import WatcherHub, shared_hub
@@ -186,8 +187,10 @@ class Dashboard(pn.viewable.Viewer):  # type: ignore[misc]
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> Any:
         # A notebook renders here while the watcher's thread may be applying a snapshot.
+        # The document is inlined in a <script>: event text must not be able to end it.
+        embed.install()
         with self._delivery.render_lock:
-            return super()._repr_mimebundle_(include, exclude)
+            return embed.check_bundle(super()._repr_mimebundle_(include, exclude))
 
     def close(self) -> None:
         """Stop receiving updates; the watcher stops when no other session uses it."""
