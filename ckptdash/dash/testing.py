@@ -93,7 +93,7 @@ class ServeProcess:
         deadline = time.monotonic() + timeout
         pause = threading.Event()  # never set: a short pause between looks at the log
         while time.monotonic() < deadline:
-            found = re.search(r"at (http://\S+/)", self.log())
+            found = re.search(r"at (https?://\S+)", self.log())
             if found:
                 return found.group(1)
             if self.proc.poll() is not None:
