@@ -30,12 +30,20 @@ from ckptdash.errors import CkptDashError
 from ckptdash.resume import choose_resume, find_recorded, load_state
 from ckptdash.rundir import RunDir, find_runs
 from ckptdash.state import RunState
+from ckptdash.terminal import printable_output
 
 EXIT_USAGE = 2
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``ckptdash`` command; returns the exit status."""
+    # Event text from the run directory is printed below: one filter keeps terminal control
+    # characters in it from reaching the terminal (see ckptdash/terminal.py).
+    with printable_output():
+        return _main(argv)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     if not hasattr(args, "func"):

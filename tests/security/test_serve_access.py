@@ -113,8 +113,9 @@ def test_printed_url_opens_with_one_click_and_leaves_a_cookie(guarded: ServeProc
     cookie = first.headers["Set-Cookie"]
     assert cookie.startswith(f"ckptdash-token-{_port(guarded)}=")
     assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
-    page = request(urlsplit(guarded.url)._replace(query="").geturl(),
-                   headers={"Cookie": cookie.split(";")[0]})
+    page = request(
+        urlsplit(guarded.url)._replace(query="").geturl(), headers={"Cookie": cookie.split(";")[0]}
+    )
     assert page.status == 200
     assert "<title>ckptdash · exp1</title>" in page.body
 
@@ -214,9 +215,25 @@ def test_tls_is_offered_and_its_absence_is_said(run: Path, tmp_path: Path) -> No
         pytest.skip("no openssl to make a test certificate: apt-get install openssl")
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
     subprocess.run(
-        [openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-         "-subj", "/CN=localhost", "-keyout", str(key), "-out", str(cert)],
-        check=True, capture_output=True, timeout=60,
+        [
+            openssl,
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=localhost",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
     )
     key.chmod(0o600)
     with ServeProcess(run, "--certfile", str(cert), "--keyfile", str(key)) as server:
