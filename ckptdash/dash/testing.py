@@ -99,8 +99,9 @@ class ServeProcess:
             if self.proc.poll() is not None:
                 break
             pause.wait(0.02)
+        printed = self.log()  # read before stop() removes the log
         self.stop()
-        raise RuntimeError(f"ckptdash serve did not start:\n{self.log()}")
+        raise RuntimeError(f"ckptdash serve did not start:\n{printed}")
 
     def log(self) -> str:
         """What the server printed so far."""
