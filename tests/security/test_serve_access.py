@@ -118,6 +118,11 @@ def test_printed_url_opens_with_one_click_and_leaves_a_cookie(guarded: ServeProc
     )
     assert page.status == 200
     assert "<title>ckptdash · exp1</title>" in page.body
+    # The redirect keeps other arguments, and never leaves this server ("//host" would).
+    token = urlsplit(guarded.url).query
+    base = guarded.url.split("/?")[0]
+    assert request(f"{base}/?a=1&{token}").headers["Location"] == "/?a=1"
+    assert request(f"{base}//evil.example/?{token}").headers["Location"] == "/evil.example/"
 
 
 def test_without_the_token_pages_scripts_and_websocket_are_refused(
