@@ -514,7 +514,11 @@ def _serve(args: argparse.Namespace) -> int:
 
     if args.poll and args.inotify:
         raise CkptDashError("--poll and --inotify: choose one (or neither: detected per mount)")
+    if args.no_auth and args.token_file:
+        raise CkptDashError("--no-auth and --token-file: choose one")
     # Secrets come from files only their owner can read, or the environment: never argv.
+    if args.keyfile:
+        access.read_secret_file(args.keyfile, "--keyfile")  # refused if others can read it
     env_token, env_password = access.environment_secrets()
     token = access.read_secret_file(args.token_file, "--token-file") if args.token_file else None
     password: str | None = env_password

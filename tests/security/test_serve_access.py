@@ -46,11 +46,12 @@ def request(
     """One GET, redirects not followed; ``host`` replaces the Host header (as a rebinding
     page's browser sends its own site's name to the address the name now points at)."""
     parts = urlsplit(url)
+    hostname = parts.hostname or "127.0.0.1"
     conn: http.client.HTTPConnection
     if parts.scheme == "https":
-        conn = http.client.HTTPSConnection(parts.hostname, parts.port, timeout=30, context=context)
+        conn = http.client.HTTPSConnection(hostname, parts.port, timeout=30, context=context)
     else:
-        conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
+        conn = http.client.HTTPConnection(hostname, parts.port, timeout=30)
     target = parts.path + (f"?{parts.query}" if parts.query else "")
     hdrs = dict(headers or {})
     if host is not None:
@@ -74,7 +75,8 @@ def ws_status(url: str, headers: dict[str, str]) -> int | None:
         conn.close()
         return None
 
-    return IOLoop(make_current=False).run_sync(attempt, timeout=30)
+    status: int | None = IOLoop(make_current=False).run_sync(attempt, timeout=30)
+    return status
 
 
 def owner_only(path: Path, text: str, mode: int = 0o600) -> Path:
@@ -187,6 +189,12 @@ def test_secrets_come_from_owner_only_files_never_the_command_line(
     )
     assert refused.returncode == 2
     assert f"chmod 600 {loose}" in refused.stderr
+    for option in ("--token-file", "--keyfile"):
+        extra = ["--certfile", str(loose)] if option == "--keyfile" else []
+        done = subprocess.run(
+            [*cmd, option, str(loose), *extra], capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 2 and f"chmod 600 {loose}" in done.stderr, option
     token = "file-token-" + "x" * 24
     token_file = owner_only(tmp_path / "token", token + "\n")
     password = owner_only(tmp_path / "password", "hunter2-password\n")
