@@ -16,9 +16,7 @@ from typing import Any
 
 import pytest
 
-from ckptdash.dash.embed import script_safe_json
 from ckptdash.dash.testing import HOW_TO_GET_CHROMIUM, ServeProcess, chromium_path, page_text
-from ckptdash.dash.timeline import timeline_data
 from tests.security.hostile import FOLDER_PAYLOAD, PAYLOADS, write_hostile_run
 
 pytestmark = pytest.mark.ui
@@ -117,28 +115,3 @@ def test_served_page_runs_no_event_text(hostile: Path, browser: Any, wait_until:
             assert page.title() == f"ckptdash · {FOLDER_PAYLOAD}"
         finally:
             page.close()
-
-
-def test_tooltips_hold_only_escaped_event_text(hostile: Path) -> None:
-    """The timeline's tooltips show ``desc`` as HTML (for its line breaks): every one is the
-    event text escaped, so the payloads are text there too (``title`` is escaped by Bokeh)."""
-    from ckptdash.dash.snapshot import SnapshotBuilder
-    from ckptdash.resume import load_state
-
-    snap = SnapshotBuilder(str(hostile)).take(
-        load_state(hostile), sightings=0, settings=None, settings_error="", settings_key=()
-    )
-    descs = [d for cols in timeline_data(snap).values() for d in cols["desc"]]
-    assert any("&lt;script&gt;" in d for d in descs)
-    for desc in descs:
-        assert "<" not in desc.replace("<br>", ""), desc
-
-
-def test_script_safe_json_is_the_same_json() -> None:
-    """The escaped JSON decodes to the same value and holds no character that HTML reads."""
-    import json
-
-    value = {"p": [*PAYLOADS, FOLDER_PAYLOAD, "&amp; \u2028"]}
-    text = script_safe_json(json.dumps(value, ensure_ascii=False))
-    assert json.loads(text) == value
-    assert not set("<>&\u2028\u2029") & set(text)
