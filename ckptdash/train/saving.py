@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
+from ckptdash import manifest
 from ckptdash.errors import EventWriteError
 from ckptdash.events import CheckpointFailed, CheckpointSaved, CheckpointStarted, Trigger
 from ckptdash.rundir import atomic_write, checksum_file, fsync_dir
@@ -108,17 +109,12 @@ def durable_existing(path: str | os.PathLike[str]) -> tuple[int, str]:
     """Fsync a file (or every file of a directory checkpoint) someone else wrote; size + checksum.
 
     Used when a custom CheckpointIO did the writing: the checksum needs one read.
-    A sharded checkpoint (a directory) gets its total size and no checksum.
+    A sharded checkpoint (a directory) gets a manifest of every file written into it
+    (:mod:`ckptdash.manifest`); its size is the files' total, its checksum the manifest's.
     """
     p = Path(path)
     if p.is_dir():
-        total = 0
-        for f in sorted(x for x in p.rglob("*") if x.is_file()):
-            _fsync_file(f)
-            total += f.stat().st_size
-        for d in sorted({x.parent for x in p.rglob("*")} | {p}):
-            fsync_dir(d)
-        return total, ""
+        return manifest.write(p)
     _fsync_file(p)
     fsync_dir(p.parent)
     return checksum_file(p)
