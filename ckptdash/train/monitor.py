@@ -182,7 +182,7 @@ class Monitor:
         session = self.session
         trig = self._trigger(trigger)
         target = Path(path) if path else self.config.checkpoint_path / f"step={session.step}"
-        self._declare(Path(os.path.abspath(target)).parent)
+        self.declare_checkpoint_dir(Path(os.path.abspath(target)).parent)
         pending = publish.begin(session, target, trig)
         error: BaseException | None = None
         try:
@@ -268,8 +268,11 @@ class Monitor:
         self.session.after_save(saved, path)
         self._stop = self._stop or decision.stop
 
-    def _declare(self, folder: Path) -> None:
-        if folder not in self._declared:
+    def declare_checkpoint_dir(self, path: str | os.PathLike[str]) -> None:
+        """Tell the run that checkpoints live in ``path`` too (a framework's output folder),
+        so records there count; once per folder, on rank 0."""
+        folder = Path(os.path.abspath(path))
+        if folder not in self._declared and self.session.rank == 0:
             self._declared.add(folder)
             self.session.declare_checkpoint_dir(folder)
 

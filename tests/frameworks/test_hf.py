@@ -1,0 +1,123 @@
+"""The real Hugging Face Trainer with CkptDashCallback: saves, rotations, signals, commands,
+and resume from the newest checkpoint-N whose every file is intact."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from transformers import TrainerCallback
+
+import ckptdash
+from ckptdash import control
+from ckptdash.events import decode_metrics
+from ckptdash.hf import CkptDashCallback
+from ckptdash.resume import load_state
+from tests.frameworks.hf_tiny import trainer
+
+pytestmark = pytest.mark.integration
+
+FAST = {"agree_interval_s": 1e-4, "poll_interval_s": 1e-4}
+
+
+class AtStep(TrainerCallback):  # type: ignore[misc]
+    """Runs ``action`` once, at the end of step ``step`` (before ckptdash's hook)."""
+
+    def __init__(self, step: int, action: Any) -> None:
+        self.step, self.action = step, action
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if state.global_step == self.step:
+            self.action()
+
+
+def _events(run: Path) -> list[Any]:
+    from ckptdash.events import decode_lines
+
+    out: list[Any] = []
+    for f in sorted((run / "events").iterdir()):
+        out += list(decode_lines(f.read_bytes(), str(f)))
+    return out
+
+
+def test_periodic_saves_rotations_heartbeats_and_resume(tmp_path: Path) -> None:
+    """Every checkpoint-N is recorded as periodic (the last one as final), the Trainer's
+    save_total_limit rotations as removed, heartbeats carry its logged loss; a second
+    train() resumes from resume_path's choice and records run_resumed."""
+    run, out = tmp_path / "run", tmp_path / "out"
+    cb = CkptDashCallback(run, **FAST, heartbeat_interval_s=1e-4)
+    t = trainer(out, steps=8, callbacks=[cb], save_steps=2, save_total_limit=2)
+    t.train(resume_from_checkpoint=ckptdash.resume_path(run))
+    state = load_state(run)
+    saved = {Path(p).name: c for p, c in state.checkpoints.items()}
+    assert {n: c.status for n, c in saved.items()} == {
+        "checkpoint-2": "removed",
+        "checkpoint-4": "removed",
+        "checkpoint-6": "saved",
+        "checkpoint-8": "saved",
+    }
+    assert [saved[f"checkpoint-{s}"].trigger for s in (2, 4, 6, 8)] == ["periodic"] * 3 + ["final"]
+    assert "rotated by the Trainer" in saved["checkpoint-2"].reason
+    beats = [e for e in _events(run) if e.KIND == "heartbeat"]
+    assert any("loss" in decode_metrics(b.metrics) for b in beats)
+    assert ckptdash.resume_path(run) == str(out / "checkpoint-8")
+
+    cb2 = CkptDashCallback(run, **FAST)
+    t2 = trainer(out, steps=10, callbacks=[cb2], save_steps=2, save_total_limit=2)
+    t2.train(resume_from_checkpoint=ckptdash.resume_path(run))
+    assert t2.state.global_step == 10
+    resumed = [e for e in _events(run) if e.KIND == "run_resumed"]
+    assert [(Path(e.path).name, e.step) for e in resumed] == [("checkpoint-8", 8)]
+
+
+def test_a_signal_mid_run_saves_at_the_step_boundary_and_train_returns(tmp_path: Path) -> None:
+    """SIGUSR2 during step 3 makes the Trainer save checkpoint-3 (trigger signal) and stop;
+    train() returns normally, the requeue is decided per policy (here: no scheduler), and
+    the attempt ends as preempted."""
+    run, out = tmp_path / "run", tmp_path / "out"
+    poke = AtStep(3, lambda: os.kill(os.getpid(), signal.SIGUSR2))
+    t = trainer(out, steps=50, callbacks=[poke, CkptDashCallback(run, **FAST)])
+    t.train()
+    assert t.state.global_step == 3
+    state = load_state(run)
+    (info,) = state.checkpoints.values()
+    assert Path(info.path).name == "checkpoint-3" and info.trigger == "signal"
+    kinds = [e.KIND for e in _events(run)]
+    assert "requeue_skipped" in kinds
+    assert [e.reason for e in _events(run) if e.KIND == "run_finished"] == ["preempted"]
+
+
+def test_save_now_is_a_manual_checkpoint_and_training_goes_on(tmp_path: Path) -> None:
+    """A Save now command file (as the CLI writes it) makes the Trainer save at the next
+    step boundary with trigger manual; the command is applied and training continues."""
+    run, out = tmp_path / "run", tmp_path / "out"
+    poke = AtStep(2, lambda: control.issue(run, "save_now"))
+    t = trainer(out, steps=6, callbacks=[poke, CkptDashCallback(run, **FAST)])
+    t.train()
+    assert t.state.global_step == 6
+    state = load_state(run)
+    manual = [c for c in state.checkpoints.values() if c.trigger == "manual"]
+    assert len(manual) == 1 and manual[0].step in (2, 3)
+    assert [c.status for c in state.commands.values()] == ["applied"]
+
+
+def test_a_damaged_newest_checkpoint_is_skipped_and_the_previous_one_resumed(
+    tmp_path: Path,
+) -> None:
+    """With optimizer.pt deleted from the newest checkpoint-N, resume_path returns the one
+    before; the next attempt records the skip naming the file, and resumes from there."""
+    run, out = tmp_path / "run", tmp_path / "out"
+    t = trainer(out, steps=4, callbacks=[CkptDashCallback(run, **FAST)], save_steps=2)
+    t.train()
+    (out / "checkpoint-4" / "optimizer.pt").unlink()
+    assert ckptdash.resume_path(run) == str(out / "checkpoint-2")
+    t2 = trainer(out, steps=5, callbacks=[CkptDashCallback(run, **FAST)], save_steps=2)
+    t2.train(resume_from_checkpoint=ckptdash.resume_path(run))
+    events = _events(run)
+    (invalid,) = [e for e in events if e.KIND == "checkpoint_invalid"]
+    assert invalid.path == str(out / "checkpoint-4") and "optimizer.pt missing" in invalid.reason
+    (resumed,) = [e for e in events if e.KIND == "run_resumed"]
+    assert resumed.path == str(out / "checkpoint-2") and resumed.step == 2
