@@ -1,12 +1,15 @@
 """A tiny Hugging Face Trainer job (no downloads): a 1-layer BERT built from a config.
 
 Imported by the tests and run as a script by the torchrun test:
-``python -m torch.distributed.run --nproc-per-node=2 hf_tiny.py RUN_DIR OUT_DIR STEPS``.
+``python -m torch.distributed.run --nproc-per-node=2 hf_tiny.py RUN_DIR OUT_DIR STEPS [SIG_AT]``:
+with SIG_AT, rank 1 alone sends itself SIGUSR2 at the end of that step. Each rank writes the
+step it ended at to ``RUN_DIR.done<rank>``.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -15,7 +18,13 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 
 import torch
-from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainingArguments
+from transformers import (
+    BertConfig,
+    BertForSequenceClassification,
+    Trainer,
+    TrainerCallback,
+    TrainingArguments,
+)
 
 import ckptdash
 from ckptdash.hf import CkptDashCallback
@@ -71,9 +80,23 @@ def trainer(
     return Trainer(model=tiny_bert(), args=targs, train_dataset=RandomTokens(), callbacks=callbacks)
 
 
+class SignalAt(TrainerCallback):  # type: ignore[misc]
+    """Rank 1 alone sends itself SIGUSR2 at the end of step ``step``."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if state.global_step == self.step and args.process_index == 1:
+            os.kill(os.getpid(), signal.SIGUSR2)
+
+
 if __name__ == "__main__":
     run_dir, out_dir, steps = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
     cb = CkptDashCallback(run_dir, agree_interval_s=0.01, poll_interval_s=0.01)
-    t = trainer(out_dir, steps=steps, callbacks=[cb], save_steps=3, save_total_limit=2)
+    callbacks: list[Any] = [cb]
+    if len(sys.argv) > 4:
+        callbacks.insert(0, SignalAt(int(sys.argv[4])))
+    t = trainer(out_dir, steps=steps, callbacks=callbacks, save_steps=3, save_total_limit=2)
     t.train(resume_from_checkpoint=ckptdash.resume_path(run_dir))
     Path(f"{run_dir}.done{t.args.process_index}").write_text(str(t.state.global_step))

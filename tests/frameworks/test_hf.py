@@ -12,11 +12,12 @@ import pytest
 from transformers import TrainerCallback
 
 import ckptdash
-from ckptdash import control
+from ckptdash import control, manifest
 from ckptdash.events import decode_metrics
 from ckptdash.hf import CkptDashCallback
 from ckptdash.resume import load_state
 from tests.frameworks.hf_tiny import trainer
+from tests.frameworks.launch import torchrun2
 
 pytestmark = pytest.mark.integration
 
@@ -121,3 +122,24 @@ def test_a_damaged_newest_checkpoint_is_skipped_and_the_previous_one_resumed(
     assert invalid.path == str(out / "checkpoint-4") and "optimizer.pt missing" in invalid.reason
     (resumed,) = [e for e in events if e.KIND == "run_resumed"]
     assert resumed.path == str(out / "checkpoint-2") and resumed.step == 2
+
+
+def test_two_ranks_agree_on_a_signal_save_and_resume_from_it(tmp_path: Path) -> None:
+    """torchrun x2 (gloo): SIGUSR2 to rank 1 alone makes both ranks save the same
+    checkpoint-N (with both ranks' RNG files in its manifest) and stop there; the next
+    launch resumes from it and runs to the end."""
+    run, out = tmp_path / "run", tmp_path / "out"
+    script = Path(__file__).with_name("hf_tiny.py")
+    torchrun2(tmp_path, "signal", script, str(run), str(out), "20", "4")
+    ends = {Path(f"{run}.done{r}").read_text() for r in (0, 1)}
+    state = load_state(run)
+    (ckpt,) = [c for c in state.checkpoints.values() if c.trigger == "signal"]
+    assert ends == {str(ckpt.step)} and ckpt.step >= 4
+    listed = {e.path for e in manifest.read(ckpt.path)[0].files}
+    assert {"rng_state_0.pth", "rng_state_1.pth", "optimizer.pt"} <= listed
+    assert [(s.rank, s.signal) for s in state.signals] == [(1, "SIGUSR2")]
+
+    torchrun2(tmp_path, "resume", script, str(run), str(out), "8")
+    assert {Path(f"{run}.done{r}").read_text() for r in (0, 1)} == {"8"}
+    resumed = [e for e in _events(run) if e.KIND == "run_resumed"]
+    assert [(e.path, e.step) for e in resumed] == [(ckpt.path, ckpt.step)]
