@@ -84,6 +84,24 @@ def finish(
     return saved
 
 
+def finish_lead(
+    session: Session, pending: PendingSave, error: BaseException | None
+) -> CheckpointSaved | None:
+    """:func:`finish` without collectives, for rank 0 once it knows every rank is done (a
+    DCP async save's future on the coordinator); safe on a background thread. Other ranks
+    do nothing. Raises :class:`SaveError` if it was not published."""
+    if session.rank != 0:
+        return None
+    outcome = _describe(error) if error is not None else None
+    if outcome is None:
+        try:
+            return _publish(session, pending)
+        except Exception as exc:
+            outcome = _describe(exc)
+    _abort(session, pending, outcome)
+    raise SaveError(f"{pending.target}: not saved ({outcome}); the previous file is intact")
+
+
 def _publish(session: Session, pending: PendingSave) -> CheckpointSaved:
     temp, target = pending.temp, pending.target
     if temp.is_dir():
