@@ -63,13 +63,13 @@ def trainer(
     out_dir: Path, *, steps: int, callbacks: list[Any], save_steps: int = 1000, **args: Any
 ) -> Trainer:
     """A Trainer for ``steps`` steps of the tiny BERT on CPU, logging every step."""
+    args.setdefault("logging_steps", 1)
     targs = TrainingArguments(
         output_dir=str(out_dir),
         max_steps=steps,
         per_device_train_batch_size=4,
         save_strategy="steps",
         save_steps=save_steps,
-        logging_steps=1,
         report_to=[],
         use_cpu=True,
         disable_tqdm=True,
