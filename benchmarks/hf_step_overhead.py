@@ -69,12 +69,12 @@ def run(quick: bool) -> list[Row]:
     from tests.frameworks.hf_tiny import trainer
 
     torch.set_num_threads(1)
-    hf_logging.set_verbosity_error()
+    hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]
     logging.getLogger("ckptdash").setLevel(logging.ERROR)
     pairs = 15 if quick else 100
     warmup = 2
 
-    class Swapper(TrainerCallback):  # type: ignore[misc]
+    class Swapper(TrainerCallback):
         def __init__(self, ours: Any) -> None:
             self.ours = ours
             self.handler: Any = None

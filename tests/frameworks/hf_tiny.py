@@ -54,8 +54,8 @@ def tiny_bert() -> BertForSequenceClassification:
         num_attention_heads=2,
         intermediate_size=32,
         max_position_embeddings=16,
-        num_labels=2,
     )
+    config.num_labels = 2
     return BertForSequenceClassification(config)
 
 
@@ -80,7 +80,7 @@ def trainer(
     return Trainer(model=tiny_bert(), args=targs, train_dataset=RandomTokens(), callbacks=callbacks)
 
 
-class SignalAt(TrainerCallback):  # type: ignore[misc]
+class SignalAt(TrainerCallback):
     """Rank 1 alone sends itself SIGUSR2 at the end of step ``step``."""
 
     def __init__(self, step: int) -> None:

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.integration
 FAST = {"agree_interval_s": 1e-4, "poll_interval_s": 1e-4}
 
 
-class AtStep(TrainerCallback):  # type: ignore[misc]
+class AtStep(TrainerCallback):
     """Runs ``action`` once, at the end of step ``step`` (before ckptdash's hook)."""
 
     def __init__(self, step: int, action: Any) -> None:
