@@ -95,6 +95,20 @@ class CkptDashCallback(TrainerCallback):
         monitor.session.heartbeat(self._logs)
         monitor.close()
 
+    def record_failure(self, error: BaseException) -> None:
+        """Record that ``train()`` raised (the Trainer tells no callback): ``exception`` and
+        ``run_failed`` instead of an attempt that looks lost. Call it in an ``except``::
+
+            try:
+                trainer.train(resume_from_checkpoint=ckptdash.resume_path(run_dir))
+            except BaseException as exc:
+                callback.record_failure(exc)
+                raise
+        """
+        monitor, self.monitor = self.monitor, None
+        if monitor is not None:
+            monitor.close(error)
+
     # --- the step boundary ------------------------------------------------------------------
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:

@@ -1,3 +1,4 @@
+# ruff: noqa: E402  (the tier is skipped, or failed in CI, before accelerate is imported)
 """Accelerate's save_state/load_state through ckptdash, with automatic checkpoint naming."""
 
 from __future__ import annotations
@@ -6,6 +7,11 @@ from pathlib import Path
 
 import pytest
 import torch
+
+from tests.frameworks.requires import require
+
+require("accelerate")
+
 from accelerate import Accelerator
 from accelerate.utils import ProjectConfiguration
 
