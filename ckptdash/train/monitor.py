@@ -178,6 +178,7 @@ class Monitor:
 
         ``trigger`` and ``path`` default as in :meth:`save` (``path`` without the
         ``.ckpt``). A pending signal, Save now or Stop decision is answered by this save.
+        The folder holding ``path`` is declared as one of the run's checkpoint folders.
         """
         session = self.session
         trig = self._trigger(trigger)
@@ -208,6 +209,7 @@ class Monitor:
         Call it on every rank once the writing returned (a collective with several
         ranks: the lead rank reads only after all of them got here). The lead fsyncs
         every file and, for a directory, writes its manifest; then ``checkpoint_saved``.
+        The folder holding ``path`` is declared as one of the run's checkpoint folders.
         ``step`` defaults to the last one given to :meth:`step`. A pending decision is
         answered as by :meth:`save`.
         """
@@ -216,6 +218,7 @@ class Monitor:
             session.step = step
         trig = self._trigger(trigger)
         target = os.path.abspath(path)
+        self.declare_checkpoint_dir(os.path.dirname(target))
         dist.agree_max([0])  # a barrier: every rank's files are written
         saved = None
         error: str | None = None
