@@ -10,6 +10,9 @@ Validation (:func:`verify`) reads every listed file and names the first file
 that is missing, resized, changed, or a leftover temp file of an interrupted
 write. Files are hashed on several threads (XXH3 releases the GIL), so a
 directory of shards validates at the speed of the page cache, not one core.
+Files are read through read-only memory maps (no copy); a file that another
+process truncates while it is being hashed would end this process with SIGBUS,
+which is why validation runs when an attempt starts, before anything writes.
 """
 
 from __future__ import annotations

@@ -70,3 +70,21 @@ def test_save_state_rotations_and_resume_past_a_damaged_save(tmp_path: Path) -> 
     invalid = [e for e in load_state(run).checkpoints.values() if e.status == "invalid"]
     assert [Path(c.path).name for c in invalid] == ["checkpoint_2"]
     assert f"{victim.name} missing" in invalid[0].reason
+
+
+def test_save_state_into_a_named_folder_is_published_atomically(tmp_path: Path) -> None:
+    """Without automatic naming, save_state(monitor, accelerator, path) writes into a temp
+    folder that appears under its name only complete, with a manifest, and resumes."""
+    run, target = tmp_path / "run", tmp_path / "out" / "latest"
+    acc = Accelerator(cpu=True)
+    model = acc.prepare(torch.nn.Linear(4, 2))
+    with ckptdash.Monitor(run, **FAST) as monitor:
+        monitor.step(4)
+        ckptdash.accelerate.save_state(monitor, acc, target, trigger="periodic")
+    assert (target / ".ckptdash-manifest.json").exists()
+    assert [p.name for p in target.parent.iterdir()] == ["latest"]
+    with torch.no_grad():
+        model.weight.zero_()
+    with ckptdash.Monitor(run, **FAST) as monitor:
+        assert ckptdash.accelerate.load_state(monitor, acc) == target
+    assert model.weight.abs().sum() > 0
