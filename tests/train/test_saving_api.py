@@ -213,3 +213,29 @@ def test_save_now_and_stop_are_answered_by_a_saving_block(tmp_path: Path) -> Non
 def _file(path: Path) -> Path:
     torch.save({"x": 1}, path)
     return path
+
+
+def test_another_rank_failing_publishes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When the agreement says another rank's writing failed, the lead rank publishes
+    nothing although its own part succeeded: its temp directory is removed, the save is
+    recorded as failed, and this rank gets a SaveError too (every rank leaves together)."""
+    from ckptdash.train import dist
+
+    run = tmp_path / "run"
+    target = run / "checkpoints" / "step=3"
+    with ckptdash.Monitor(run, **FAST) as monitor:
+        monitor.step(3)
+        monkeypatch.setattr(dist, "agree_max", lambda values: [1] * len(values))
+        with pytest.raises(SaveError, match="failed on another rank"):
+            _write_dir(monitor, target)
+        monkeypatch.undo()
+    assert list(target.parent.iterdir()) == []
+    info = load_state(run).checkpoints[str(target)]
+    assert info.status == "failed" and "another rank" in info.error
+
+
+def _write_dir(monitor: ckptdash.Monitor, target: Path) -> None:
+    with monitor.saving(target) as tmp:
+        _write_shards(tmp)
