@@ -115,11 +115,12 @@ class CkptDashCallback(TrainerCallback):
         monitor = self.monitor
         if monitor is None:
             return
-        decision = monitor.step(state.global_step, epoch=_epoch(state), metrics=self._metrics)
-        if decision is not None:
+        monitor.step(state.global_step, epoch=_epoch(state), metrics=self._metrics)
+        if monitor.should_save:
+            # Asked again at every step until a save answers it: with save_strategy="best"
+            # an evaluation at this step may overwrite the flag. The stop comes in on_save,
+            # after the save, so training never stops without it.
             control.should_save = True
-            if decision.stop:
-                control.should_training_stop = True
 
     def _metrics(self) -> dict[str, Any]:
         return self._logs
