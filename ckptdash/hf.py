@@ -121,6 +121,14 @@ class CkptDashCallback(TrainerCallback):
             # an evaluation at this step may overwrite the flag. The stop comes in on_save,
             # after the save, so training never stops without it.
             control.should_save = True
+        if control.should_save and args.save_strategy != "best" and self._output_dir is not None:
+            # The Trainer writes checkpoint-N in place right after this hook: announce it, so
+            # that a kill during the write is recorded as an interrupted save next attempt.
+            # ("best" decides after an evaluation whether to save: nothing to announce yet.)
+            monitor.record_started(
+                self._output_dir / f"{_PREFIX}{state.global_step}",
+                trigger=self._trigger_for(monitor, state),
+            )
 
     def _metrics(self) -> dict[str, Any]:
         return self._logs
@@ -131,18 +139,22 @@ class CkptDashCallback(TrainerCallback):
         if logs:
             self._logs = {**self._logs, **logs}
 
-    # --- saves ------------------------------------------------------------------------------
+    @staticmethod
+    def _trigger_for(monitor: Monitor, state: Any) -> Trigger | None:
+        """None (the pending decision's trigger) when ckptdash asked for this save; else
+        ``final`` at ``max_steps`` and ``periodic`` before."""
+        if monitor.should_save:
+            return None
+        return "final" if state.max_steps and state.global_step >= state.max_steps else "periodic"
+
+    # --- saves, written by the Trainer ------------------------------------------------------
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         monitor, out = self.monitor, self._output_dir
         if monitor is None or out is None:
             return
         path = out / f"{_PREFIX}{state.global_step}"
-        trigger: Trigger | None = None  # the pending decision's, if ckptdash asked for this save
-        if not monitor.should_save:
-            trigger = "final" if state.max_steps and state.global_step >= state.max_steps else None
-            trigger = trigger or "periodic"
-        monitor.record(path, trigger=trigger, step=state.global_step)
+        monitor.record(path, trigger=self._trigger_for(monitor, state), step=state.global_step)
         if monitor.should_stop:
             control.should_training_stop = True
         if monitor.session.rank == 0:

@@ -22,7 +22,7 @@ from types import TracebackType
 from typing import Any
 
 from ckptdash.errors import SaveError
-from ckptdash.events import CheckpointRemoved, CheckpointSaved, Trigger
+from ckptdash.events import CheckpointRemoved, CheckpointSaved, CheckpointStarted, Trigger
 from ckptdash.resume import ResumeChoice
 from ckptdash.train import dist, publish
 from ckptdash.train.config import TrainConfig
@@ -60,6 +60,7 @@ class Monitor:
         self._decision: Decision | None = None
         self._stop = False
         self._declared: set[Path] = set()
+        self._announced: set[str] = set()  # paths record_started() announced, awaiting record()
 
     # --- resume ------------------------------------------------------------------------------
 
@@ -231,9 +232,11 @@ class Monitor:
                     step=session.step,
                     epoch=session.epoch,
                     write=lambda: durable_existing(target),
+                    announce=target not in self._announced,
                 )
             except Exception as exc:
                 error = f"{type(exc).__name__}: {exc}"
+        self._announced.discard(target)
         error = dist.broadcast_object(error)
         if error is not None:
             failure = SaveError(f"{target}: could not be recorded ({error})")
@@ -241,6 +244,23 @@ class Monitor:
             raise failure
         self._settle(trigger, saved, target, None)
         return saved
+
+    def record_started(
+        self, path: str | os.PathLike[str], *, trigger: Trigger | None = None
+    ) -> None:
+        """Record that other code is about to write a checkpoint in place at ``path``
+        (rank 0 writes). If the process dies before :meth:`record`, the next attempt
+        records the save as interrupted instead of it leaving no trace."""
+        target = os.path.abspath(path)
+        if self.session.rank == 0:
+            self.declare_checkpoint_dir(os.path.dirname(target))
+            self.session.writer.emit(
+                CheckpointStarted,
+                step=self.session.step,
+                path=target,
+                trigger=self._trigger(trigger),
+            )
+            self._announced.add(target)
 
     def record_removed(self, path: str | os.PathLike[str], reason: str = "removed") -> None:
         """Record that a checkpoint was deleted (e.g. a framework's rotation); rank 0 writes."""

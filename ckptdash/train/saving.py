@@ -41,8 +41,12 @@ def record_save(
     step: int | None,
     epoch: int | None,
     write: Callable[[], tuple[int, str]],
+    announce: bool = True,
 ) -> CheckpointSaved | None:
     """Run ``write`` (returns size and checksum) between a started and a saved/failed event.
+
+    ``announce=False``: the ``checkpoint_started`` was already written (before the other
+    code began writing, so that a kill during the write is known to the next attempt).
 
     Without a writer (ranks other than 0 when they write no events) the save just runs.
     Re-raises the write's error after recording ``checkpoint_failed`` (if even that
@@ -50,7 +54,7 @@ def record_save(
     error is raised).
     """
     spath = os.fspath(path)
-    if writer is not None:
+    if writer is not None and announce:
         writer.emit(CheckpointStarted, step=step, path=spath, trigger=trigger)
     began = time.perf_counter()
     try:

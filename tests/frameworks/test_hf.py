@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +31,7 @@ from tests.train.helpers import fake_scontrol, slurm_env
 pytestmark = pytest.mark.integration
 
 FAST = {"agree_interval_s": 1e-4, "poll_interval_s": 1e-4}
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 class AtStep(TrainerCallback):
@@ -159,10 +162,57 @@ def test_a_damaged_newest_checkpoint_is_skipped_and_the_previous_one_resumed(
     assert resumed.path == str(out / "checkpoint-2") and resumed.step == 2
 
 
-def test_two_ranks_agree_on_a_signal_save_and_resume_from_it(tmp_path: Path) -> None:
+KILLED_MID_SAVE = """
+import os, sys
+from pathlib import Path
+from transformers import TrainerCallback
+from ckptdash.hf import CkptDashCallback
+from tests.frameworks.hf_tiny import trainer
+
+run, out = Path(sys.argv[1]), Path(sys.argv[2])
+
+class KillDuringSave(TrainerCallback):
+    # on_log runs after on_step_end and before the Trainer writes checkpoint-4: leave what a
+    # kill in the middle of that write leaves, then die without any cleanup.
+    def on_log(self, args, state, control, **kwargs):
+        if state.global_step == 4:
+            (out / "checkpoint-4").mkdir()
+            (out / "checkpoint-4" / "model.safetensors").write_bytes(b"half")
+            os._exit(9)
+
+t = trainer(out, steps=6, callbacks=[CkptDashCallback(run), KillDuringSave()], save_steps=2)
+t.train()
+"""
+
+
+def test_a_kill_during_the_trainers_save_is_an_interrupted_save(tmp_path: Path) -> None:
+    """A process killed while the Trainer writes checkpoint-4 leaves a half folder that the
+    Trainer's own rule (highest checkpoint-N) would resume from; ckptdash's resume_path
+    returns checkpoint-2, and the next attempt records checkpoint-4 as interrupted."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    run, out = tmp_path / "run", tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run(
+        [sys.executable, "-c", KILLED_MID_SAVE, str(run), str(out)],
+        env=env, capture_output=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 9, done.stderr.decode()[-3000:]
+    assert get_last_checkpoint(str(out)) == str(out / "checkpoint-4")
+    assert ckptdash.resume_path(run) == str(out / "checkpoint-2")
+    t = trainer(out, steps=6, callbacks=[CkptDashCallback(run, **FAST)], save_steps=2)
+    t.train(resume_from_checkpoint=ckptdash.resume_path(run))
+    interrupted = [
+        e for e in _events(run) if e.KIND == "checkpoint_failed" and "interrupted" in e.error
+    ]
+    assert [Path(e.path).name for e in interrupted] == ["checkpoint-4"]
+    assert load_state(run).checkpoints[str(out / "checkpoint-4")].status == "saved"  # saved again
+
+
+def test_two_ranks_agree_on_a_signal_save(tmp_path: Path) -> None:
     """torchrun x2 (gloo): SIGUSR2 to rank 1 alone makes both ranks save the same
-    checkpoint-N (with both ranks' RNG files in its manifest) and stop there; the next
-    launch resumes from it and runs to the end."""
+    checkpoint-N (with both ranks' RNG files in its manifest), stop there and end train()
+    normally; it is the next launch's resume choice. (Resuming two ranks is the DCP test's.)"""
     run, out = tmp_path / "run", tmp_path / "out"
     script = Path(__file__).with_name("hf_tiny.py")
     torchrun2(tmp_path, "signal", script, str(run), str(out), "20", "4")
@@ -174,7 +224,4 @@ def test_two_ranks_agree_on_a_signal_save_and_resume_from_it(tmp_path: Path) -> 
     assert {"rng_state_0.pth", "rng_state_1.pth", "optimizer.pt"} <= listed
     assert [(s.rank, s.signal) for s in state.signals] == [(1, "SIGUSR2")]
 
-    torchrun2(tmp_path, "resume", script, str(run), str(out), "8")
-    assert {Path(f"{run}.done{r}").read_text() for r in (0, 1)} == {"8"}
-    resumed = [e for e in _events(run) if e.KIND == "run_resumed"]
-    assert [(e.path, e.step) for e in resumed] == [(ckpt.path, ckpt.step)]
+    assert ckptdash.resume_path(run) == ckpt.path
