@@ -8,6 +8,8 @@
 
 A candidate is valid when its file still exists, its size matches the
 ``checkpoint_saved`` event, and (in ``checksum`` mode) its checksum matches.
+A directory checkpoint is valid when its manifest matches the recorded digest
+and every file it lists is there, unchanged (see :mod:`ckptdash.manifest`).
 Every candidate that fails is reported with the reason. Validation reads
 bytes; it never unpickles anything.
 """
@@ -20,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
-from ckptdash import control
+from ckptdash import control, manifest
 from ckptdash.errors import CkptDashError
 from ckptdash.records import CheckpointInfo
 from ckptdash.rundir import RUN_FILE, RunDir, checksum_file
@@ -54,8 +56,7 @@ def check_checkpoint(info: CheckpointInfo, validate: ValidateMode = "checksum") 
     path = Path(info.path)
     try:
         if path.is_dir():
-            size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
-            return None if size == info.size_bytes else f"size {size} != recorded {info.size_bytes}"
+            return _check_directory(path, info, validate)
         size = path.stat().st_size
     except FileNotFoundError:
         return "file is missing"
@@ -71,6 +72,21 @@ def check_checkpoint(info: CheckpointInfo, validate: ValidateMode = "checksum") 
         if checksum != info.checksum:
             return "checksum does not match the recorded one (corrupted or overwritten)"
     return None
+
+
+def _check_directory(path: Path, info: CheckpointInfo, validate: ValidateMode) -> str | None:
+    """A directory checkpoint: every file against the manifest inside it (see
+    :mod:`ckptdash.manifest`). A record from before manifests (empty checksum) and a
+    directory without one are checked by total size, as they were then."""
+    if info.checksum or (path / manifest.MANIFEST_NAME).exists():
+        return manifest.verify(
+            path,
+            expected_digest=info.checksum,
+            size_bytes=info.size_bytes,
+            checksums=validate == "checksum",
+        )
+    size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+    return None if size == info.size_bytes else f"size {size} != recorded {info.size_bytes}"
 
 
 def choose_resume(

