@@ -1,6 +1,7 @@
 """``ckptdash`` on the command line: status, the controls, the demo.
 
     ckptdash status RUN_DIR [--json]        the run state (a folder of runs works too)
+    ckptdash goodput RUN_DIR [--json]       where the time went: goodput, badput by cause
     ckptdash save RUN_DIR                    Save now (a command to the running job)
     ckptdash stop RUN_DIR --yes              Stop after save
     ckptdash requeue RUN_DIR --suspend|--resume   (mirrored onto the SLURM job when SLURM is here)
@@ -81,6 +82,13 @@ def _parser() -> argparse.ArgumentParser:
         help="do not ask SLURM for its view of the run's job (scontrol show job)",
     )
     s.set_defaults(func=_status)
+
+    s = sub.add_parser(
+        "goodput", help="where a run's time went: goodput and badput by cause (docs/goodput.md)"
+    )
+    s.add_argument("path", help="a run directory, or a folder of run directories")
+    s.add_argument("--json", action="store_true", help="machine-readable output")
+    s.set_defaults(func=_goodput)
 
     s = sub.add_parser("save", help="ask the running job to save a checkpoint now")
     s.add_argument("run_dir")
@@ -202,6 +210,22 @@ def _status(args: argparse.Namespace) -> int:
         if i:
             print()
         print(render_status(run, state, scheduler=view))
+    return 0
+
+
+def _goodput(args: argparse.Namespace) -> int:
+    from ckptdash.badput import of_state, render
+
+    runs = find_runs(args.path)
+    now = time.time()
+    results = [of_state(load_state(run), now) for run in runs]
+    if args.json:
+        dicts = [g.to_dict() for g in results]
+        single = len(runs) == 1 and runs[0].root == Path(args.path)
+        out: Any = dicts[0] if single else {"runs": dicts}
+        sys.stdout.write(msgspec.json.format(msgspec.json.encode(out), indent=2).decode() + "\n")
+        return 0
+    print("\n\n".join(render(g) for g in results))
     return 0
 
 

@@ -34,10 +34,12 @@ from ckptdash import events as ev_
 from ckptdash.events import BadLine, Event, Heartbeat
 from ckptdash.records import (
     AttemptInfo,
+    AttemptTimes,
     BadLines,
     CheckpointInfo,
     CommandInfo,
     ExceptionInfo,
+    MetricPoint,
     Progress,
     RequeueInfo,
     SignalInfo,
@@ -53,6 +55,10 @@ A point is the earliest rank-0 heartbeat in its time bucket; buckets start at
 1 s and double in width whenever an attempt would hold more points than this.
 The result depends only on the set of heartbeats, not on their order.
 """
+
+METRIC_POINTS: Final = 1024
+"""Most points kept per attempt for the metrics plot: the rank-0 heartbeat with the lowest
+(step, t) per step bucket; buckets start one step wide and double like :data:`SERIES_POINTS`'s."""
 
 BAD_LINE_SAMPLES: Final = 20
 _NEG_INF: Final = -math.inf
@@ -104,17 +110,68 @@ class _Series:
         return sorted(self.buckets.values())
 
 
+class _StepSeries:
+    """Rank 0's heartbeat with the lowest (step, t) per step bucket, for the metrics plot; the
+    bucket width doubles to stay under :data:`METRIC_POINTS`. Order-independent like _Series."""
+
+    __slots__ = ("buckets", "hi", "lo", "min_step", "width")
+
+    def __init__(self) -> None:
+        self.width = 1
+        self.buckets: dict[int, tuple[int, float, Heartbeat]] = {}
+        # The bucket the last point fell in: a later step in it changes nothing.
+        self.lo = self.hi = self.min_step = 0
+
+    def add(self, hb: Heartbeat, step: int) -> None:
+        b = step // self.width
+        old = self.buckets.get(b)
+        if (
+            old is None
+            or (step, hb.t) < old[:2]
+            or ((step, hb.t) == old[:2] and _encode(hb) > _encode(old[2]))
+        ):
+            self.buckets[b] = (step, hb.t, hb)
+            while len(self.buckets) > METRIC_POINTS:
+                self.width *= 2
+                merged: dict[int, tuple[int, float, Heartbeat]] = {}
+                for point in self.buckets.values():
+                    nb = point[0] // self.width
+                    if nb not in merged or point[:2] < merged[nb][:2]:
+                        merged[nb] = point
+                self.buckets = merged
+            b = step // self.width
+        self.lo, self.hi = b * self.width, (b + 1) * self.width
+        self.min_step = self.buckets[b][0]
+
+
 class _Stream:
     """Per (attempt, rank): its latest heartbeat and a summary of its other events."""
 
-    __slots__ = ("hb", "hb_t", "last_t", "max_step", "series")
+    __slots__ = (
+        "first_hb_t",
+        "first_save_t",
+        "first_t",
+        "hb",
+        "hb_t",
+        "last_save_t",
+        "last_t",
+        "max_step",
+        "metrics",
+        "save_s",
+        "series",
+    )
 
-    def __init__(self, series: _Series | None) -> None:
+    def __init__(self, series: _Series | None, metrics: _StepSeries | None = None) -> None:
         self.hb: Heartbeat | None = None
         self.hb_t = _NEG_INF
         self.last_t = _NEG_INF
         self.max_step = -1
         self.series = series
+        # For badput (ckptdash.badput): first events, and the blocking time of each save.
+        self.first_hb_t = self.first_t = self.first_save_t = math.inf
+        self.save_s: list[float] = []
+        self.last_save_t = _NEG_INF
+        self.metrics = metrics
 
     def tie(self, hb: Heartbeat) -> None:
         """Two heartbeats at one time: keep the greater bytes, whichever came first."""
@@ -123,12 +180,13 @@ class _Stream:
 
 
 class _Attempt:
-    __slots__ = ("end", "info", "resume", "series", "start", "streams")
+    __slots__ = ("end", "info", "metrics", "resume", "series", "start", "streams")
 
     def __init__(self, attempt: int) -> None:
         self.info = AttemptInfo(attempt)
         self.streams: dict[int, _Stream] = {}
         self.series = _Series()
+        self.metrics = _StepSeries()
         # Chosen among ranks by (rank, t): rank 0's word wins; the earliest start, the last end.
         self.start: tuple[tuple[int, Key], ev_.RunStarted] | None = None
         self.resume: tuple[tuple[int, Key], ev_.RunResumed] | None = None
@@ -247,6 +305,43 @@ class RunState:
                 out[n] = points
         return out
 
+    def attempt_times(self) -> dict[int, AttemptTimes]:
+        """Per attempt, the times that badput needs (:class:`~ckptdash.records.AttemptTimes`)."""
+        out = {}
+        for n in sorted(self._attempts):
+            a = self._attempts[n]
+            first = min((min(s.first_t, s.first_hb_t) for s in a.streams.values()), default=0.0)
+            # The first step: its first heartbeat, or its first save's start if that came first.
+            first_hb = min(
+                (min(s.first_hb_t, s.first_save_t) for s in a.streams.values()), default=math.inf
+            )
+            # fsum: exact, so the total does not depend on the order the saves arrived in.
+            per_rank = [(math.fsum(s.save_s), len(s.save_s)) for s in a.streams.values()]
+            saving, saves = max(per_rank, default=(0.0, 0))
+            last_save = max((s.last_save_t for s in a.streams.values()), default=_NEG_INF)
+            out[n] = AttemptTimes(
+                attempt=n,
+                first_t=None if math.isinf(first) else first,
+                first_step_t=None if math.isinf(first_hb) else first_hb,
+                saving_s=saving,
+                saves=saves,
+                last_save_t=None if last_save == _NEG_INF else last_save,
+            )
+        return out
+
+    def metrics(self) -> dict[int, list[MetricPoint]]:
+        """Per attempt, its thinned rank-0 heartbeats with their metrics, by step
+        (see :data:`METRIC_POINTS`); decoded on each call, so call it when drawing."""
+        out = {}
+        for n in sorted(self._attempts):
+            buckets = self._attempts[n].metrics.buckets
+            if buckets:
+                out[n] = [
+                    MetricPoint(step, t, n, ev_.decode_metrics(hb.metrics))
+                    for step, t, hb in sorted(buckets.values(), key=lambda p: p[:2])
+                ]
+        return out
+
     def valid_checkpoints(self) -> list[CheckpointInfo]:
         """Checkpoints whose file is a resume candidate, oldest first by (step, time)."""
         saved = [c for c in self.checkpoints.values() if c.status == "saved"]
@@ -282,6 +377,7 @@ class RunState:
         attempt = rank = -1
         s = _Stream(None)
         series: _Series | None = None
+        mseries: _StepSeries | None = None
         n_hb = 0
         for ev in events:
             if type(ev) is hb_cls:
@@ -289,15 +385,24 @@ class RunState:
                 if ev.attempt != attempt or ev.rank != rank:
                     attempt, rank = ev.attempt, ev.rank
                     s = self._stream(attempt, rank)
-                    series = s.series
+                    series, mseries = s.series, s.metrics
                 t = ev.t
                 if t > s.hb_t:
                     s.hb_t = t
                     s.hb = ev
                 elif t == s.hb_t:
                     s.tie(ev)
+                if t < s.first_hb_t:
+                    s.first_hb_t = t
                 if series is not None and not (series.lo <= t < series.hi and t > series.min_t):
                     series.add(t, ev.step)
+                step = ev.step
+                if (
+                    mseries is not None
+                    and step is not None
+                    and not (mseries.lo <= step < mseries.hi and step > mseries.min_step)
+                ):
+                    mseries.add(ev, step)
             else:
                 other(ev)
         if n_hb:
@@ -311,7 +416,7 @@ class RunState:
         self._touched.add(attempt)
         s = a.streams.get(rank)
         if s is None:
-            s = a.streams[rank] = _Stream(a.series if rank == 0 else None)
+            s = a.streams[rank] = _Stream(a.series, a.metrics) if rank == 0 else _Stream(None, None)
         return s
 
     # --- everything else ---------------------------------------------------------------------
@@ -322,6 +427,13 @@ class RunState:
         self.events_total += 1
         s = self._stream(ev.attempt, ev.rank)
         s.last_t = max(s.last_t, ev.t)
+        s.first_t = min(s.first_t, ev.t)
+        if kind == "checkpoint_saved":
+            sv = cast("ev_.CheckpointSaved", ev)
+            # An asynchronous save stalls training for less than it takes to be durable.
+            s.save_s.append(sv.duration_s if sv.blocking_s is None else sv.blocking_s)
+            s.first_save_t = min(s.first_save_t, ev.t - sv.duration_s)
+            s.last_save_t = max(s.last_save_t, ev.t)
         k = _key(ev)
         if ev.step is not None:
             s.max_step = max(s.max_step, ev.step)
