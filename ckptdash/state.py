@@ -53,12 +53,9 @@ SERIES_POINTS: Final = 2048
 
 A point is the earliest rank-0 heartbeat in its time bucket; buckets start at
 1 s and double in width whenever an attempt would hold more points than this.
-The result depends only on the set of heartbeats, not on their order.
+The result depends only on the set of heartbeats, not on their order. The kept
+heartbeats' metrics are the metrics plot's points (:meth:`RunState.metrics`).
 """
-
-METRIC_POINTS: Final = 1024
-"""Most points kept per attempt for the metrics plot: the rank-0 heartbeat with the lowest
-(step, t) per step bucket; buckets start one step wide and double like :data:`SERIES_POINTS`'s."""
 
 BAD_LINE_SAMPLES: Final = 20
 _NEG_INF: Final = -math.inf
@@ -77,29 +74,34 @@ def _key(event: Event) -> Key:
 
 
 class _Series:
-    """Earliest (t, step) per time bucket; the bucket width doubles to stay under a cap."""
+    """Earliest (t, step) per time bucket, with its heartbeat; the bucket width doubles to stay
+    under a cap."""
 
     __slots__ = ("buckets", "hi", "lo", "min_t", "width")
 
     def __init__(self) -> None:
         self.width = 1.0
-        self.buckets: dict[float, tuple[float, int]] = {}
+        self.buckets: dict[float, tuple[float, int, Heartbeat]] = {}
         # The bucket the last point fell in: a heartbeat later than its minimum changes nothing.
         self.lo = self.hi = self.min_t = 0.0
 
-    def add(self, t: float, step: int | None) -> None:
+    def add(self, t: float, step: int | None, hb: Heartbeat) -> None:
         if step is None:
             return
         b = t // self.width
         old = self.buckets.get(b)
-        if old is None or (t, step) < old:
-            self.buckets[b] = (t, step)
+        if (
+            old is None
+            or (t, step) < old[:2]
+            or ((t, step) == old[:2] and _encode(hb) > _encode(old[2]))  # same bytes win ties
+        ):
+            self.buckets[b] = (t, step, hb)
             while len(self.buckets) > SERIES_POINTS:
                 self.width *= 2  # powers of two: bucket floor(t/2w) is the union of two old ones
-                merged: dict[float, tuple[float, int]] = {}
+                merged: dict[float, tuple[float, int, Heartbeat]] = {}
                 for point in self.buckets.values():
                     nb = point[0] // self.width
-                    if nb not in merged or point < merged[nb]:
+                    if nb not in merged or point[:2] < merged[nb][:2]:
                         merged[nb] = point
                 self.buckets = merged
             b = t // self.width
@@ -107,41 +109,10 @@ class _Series:
         self.min_t = self.buckets[b][0]
 
     def points(self) -> list[tuple[float, int]]:
-        return sorted(self.buckets.values())
+        return sorted(p[:2] for p in self.buckets.values())
 
-
-class _StepSeries:
-    """Rank 0's heartbeat with the lowest (step, t) per step bucket, for the metrics plot; the
-    bucket width doubles to stay under :data:`METRIC_POINTS`. Order-independent like _Series."""
-
-    __slots__ = ("buckets", "hi", "lo", "min_step", "width")
-
-    def __init__(self) -> None:
-        self.width = 1
-        self.buckets: dict[int, tuple[int, float, Heartbeat]] = {}
-        # The bucket the last point fell in: a later step in it changes nothing.
-        self.lo = self.hi = self.min_step = 0
-
-    def add(self, hb: Heartbeat, step: int) -> None:
-        b = step // self.width
-        old = self.buckets.get(b)
-        if (
-            old is None
-            or (step, hb.t) < old[:2]
-            or ((step, hb.t) == old[:2] and _encode(hb) > _encode(old[2]))
-        ):
-            self.buckets[b] = (step, hb.t, hb)
-            while len(self.buckets) > METRIC_POINTS:
-                self.width *= 2
-                merged: dict[int, tuple[int, float, Heartbeat]] = {}
-                for point in self.buckets.values():
-                    nb = point[0] // self.width
-                    if nb not in merged or point[:2] < merged[nb][:2]:
-                        merged[nb] = point
-                self.buckets = merged
-            b = step // self.width
-        self.lo, self.hi = b * self.width, (b + 1) * self.width
-        self.min_step = self.buckets[b][0]
+    def heartbeats(self) -> list[tuple[float, int, Heartbeat]]:
+        return sorted(self.buckets.values(), key=lambda p: p[:2])
 
 
 class _Stream:
@@ -156,12 +127,11 @@ class _Stream:
         "last_save_t",
         "last_t",
         "max_step",
-        "metrics",
         "save_s",
         "series",
     )
 
-    def __init__(self, series: _Series | None, metrics: _StepSeries | None = None) -> None:
+    def __init__(self, series: _Series | None) -> None:
         self.hb: Heartbeat | None = None
         self.hb_t = _NEG_INF
         self.last_t = _NEG_INF
@@ -171,7 +141,6 @@ class _Stream:
         self.first_hb_t = self.first_t = self.first_save_t = math.inf
         self.save_s: list[float] = []
         self.last_save_t = _NEG_INF
-        self.metrics = metrics
 
     def tie(self, hb: Heartbeat) -> None:
         """Two heartbeats at one time: keep the greater bytes, whichever came first."""
@@ -180,13 +149,12 @@ class _Stream:
 
 
 class _Attempt:
-    __slots__ = ("end", "info", "metrics", "resume", "series", "start", "streams")
+    __slots__ = ("end", "info", "resume", "series", "start", "streams")
 
     def __init__(self, attempt: int) -> None:
         self.info = AttemptInfo(attempt)
         self.streams: dict[int, _Stream] = {}
         self.series = _Series()
-        self.metrics = _StepSeries()
         # Chosen among ranks by (rank, t): rank 0's word wins; the earliest start, the last end.
         self.start: tuple[tuple[int, Key], ev_.RunStarted] | None = None
         self.resume: tuple[tuple[int, Key], ev_.RunResumed] | None = None
@@ -330,15 +298,14 @@ class RunState:
         return out
 
     def metrics(self) -> dict[int, list[MetricPoint]]:
-        """Per attempt, its thinned rank-0 heartbeats with their metrics, by step
-        (see :data:`METRIC_POINTS`); decoded on each call, so call it when drawing."""
+        """Per attempt, the metrics of the heartbeats kept in :attr:`series` (thinned as
+        :data:`SERIES_POINTS` says), by time; decoded on each call, so call it when drawing."""
         out = {}
         for n in sorted(self._attempts):
-            buckets = self._attempts[n].metrics.buckets
-            if buckets:
+            kept = self._attempts[n].series.heartbeats()
+            if kept:
                 out[n] = [
-                    MetricPoint(step, t, n, ev_.decode_metrics(hb.metrics))
-                    for step, t, hb in sorted(buckets.values(), key=lambda p: p[:2])
+                    MetricPoint(step, t, n, ev_.decode_metrics(hb.metrics)) for t, step, hb in kept
                 ]
         return out
 
@@ -377,7 +344,6 @@ class RunState:
         attempt = rank = -1
         s = _Stream(None)
         series: _Series | None = None
-        mseries: _StepSeries | None = None
         n_hb = 0
         for ev in events:
             if type(ev) is hb_cls:
@@ -385,7 +351,7 @@ class RunState:
                 if ev.attempt != attempt or ev.rank != rank:
                     attempt, rank = ev.attempt, ev.rank
                     s = self._stream(attempt, rank)
-                    series, mseries = s.series, s.metrics
+                    series = s.series
                 t = ev.t
                 if t > s.hb_t:
                     s.hb_t = t
@@ -395,14 +361,7 @@ class RunState:
                 if t < s.first_hb_t:
                     s.first_hb_t = t
                 if series is not None and not (series.lo <= t < series.hi and t > series.min_t):
-                    series.add(t, ev.step)
-                step = ev.step
-                if (
-                    mseries is not None
-                    and step is not None
-                    and not (mseries.lo <= step < mseries.hi and step > mseries.min_step)
-                ):
-                    mseries.add(ev, step)
+                    series.add(t, ev.step, ev)
             else:
                 other(ev)
         if n_hb:
@@ -416,7 +375,7 @@ class RunState:
         self._touched.add(attempt)
         s = a.streams.get(rank)
         if s is None:
-            s = a.streams[rank] = _Stream(a.series, a.metrics) if rank == 0 else _Stream(None, None)
+            s = a.streams[rank] = _Stream(a.series if rank == 0 else None)
         return s
 
     # --- everything else ---------------------------------------------------------------------

@@ -14,7 +14,7 @@ from ckptdash.dash.badput_view import of_snapshot, render_badput
 from ckptdash.dash.hub import WatcherHub
 from ckptdash.dash.metrics_plot import choose, metric_names, metrics_at_save, metrics_data
 from ckptdash.dash.table import checkpoint_frame
-from ckptdash.state import METRIC_POINTS, RunState
+from ckptdash.state import SERIES_POINTS, RunState
 from tests.dash.conftest import T0, Scenario, ev, preempted_run, saved
 
 WaitUntil = Callable[..., None]
@@ -93,15 +93,19 @@ def test_the_table_shows_the_metrics_nearest_each_save(scenario: Scenario) -> No
     assert metrics_at_save(snap, late).endswith("(step 100)")  # type: ignore[arg-type]
 
 
-def test_the_metrics_series_is_thinned_by_step_and_keeps_the_first_and_last() -> None:
-    """A long run keeps at most METRIC_POINTS points per attempt, spread over its steps."""
+def test_metric_points_are_the_thinned_progress_points_with_their_metrics() -> None:
+    """A long attempt keeps at most SERIES_POINTS metric points, spread over its whole time,
+    each the heartbeat behind a progress point."""
     state = RunState("/r", "r1")
-    n = METRIC_POINTS * 5
-    state.apply_events([ev(events.Heartbeat, i, step=i, metrics={"loss": 1.0}) for i in range(n)])
+    n = SERIES_POINTS * 3
+    state.apply_events(
+        [ev(events.Heartbeat, i, step=i, metrics={"loss": 1.0 / (1 + i)}) for i in range(n)]
+    )
     (points,) = state.metrics().values()
-    assert len(points) <= METRIC_POINTS
-    assert points[0].step == 0
-    assert points[-1].step >= n - 2 * n // METRIC_POINTS
+    assert len(points) <= SERIES_POINTS
+    assert [(p.t, p.step) for p in points] == state.series[0]
+    assert (points[0].step, points[0].metrics) == (0, {"loss": 1.0})
+    assert points[-1].step >= n - 4
 
 
 def test_choosing_on_the_plot_pins_through_the_controls(
