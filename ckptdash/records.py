@@ -188,3 +188,17 @@ class MetricPoint:
     t: float
     attempt: int
     metrics: dict[str, float]
+
+
+@dataclass
+class AnomalyInfo:
+    """A metric that went bad (an ``anomaly`` event) and what the job did about it."""
+
+    t: float
+    attempt: int
+    step: int | None
+    metric: str
+    value: float | None
+    reason: str
+    action: str
+    pinned: str | None

@@ -33,6 +33,7 @@ import msgspec
 from ckptdash import events as ev_
 from ckptdash.events import BadLine, Event, Heartbeat
 from ckptdash.records import (
+    AnomalyInfo,
     AttemptInfo,
     AttemptTimes,
     BadLines,
@@ -215,6 +216,7 @@ class RunState:
         self.signals: list[SignalInfo] = []
         self.requeues: list[RequeueInfo] = []
         self.exceptions: list[ExceptionInfo] = []
+        self.anomalies: list[AnomalyInfo] = []
         self.commands: dict[str, CommandInfo] = {}
         self.progress: Progress | None = None
         self.bad_lines = BadLines()
@@ -333,6 +335,7 @@ class RunState:
             "signals": [asdict(x) for x in self.signals],
             "requeues": [asdict(x) for x in self.requeues],
             "exceptions": [asdict(x) for x in self.exceptions],
+            "anomalies": [asdict(x) for x in self.anomalies],
             "commands": {i: asdict(self.commands[i]) for i in sorted(self.commands)},
         }
 
@@ -457,6 +460,14 @@ class RunState:
         )
         self._lists_dirty = True
 
+    def _on_anomaly(self, ev: ev_.AnomalyDetected, k: Key) -> None:
+        self.anomalies.append(
+            AnomalyInfo(
+                ev.t, ev.attempt, ev.step, ev.metric, ev.value, ev.reason, ev.action, ev.pinned
+            )
+        )
+        self._lists_dirty = True
+
     def _on_command_received(self, ev: ev_.CommandReceived, k: Key) -> None:
         c = self._command(ev.command_id)
         if c.received is None or k < c.received[0]:
@@ -520,6 +531,7 @@ class RunState:
             self.signals.sort(key=_signal_key)
             self.requeues.sort(key=_requeue_key)
             self.exceptions.sort(key=_exception_key)
+            self.anomalies.sort(key=lambda x: (x.t, x.attempt, repr(x)))
             self._lists_dirty = False
         if not self._run_id_given:
             self.run_id = self._derive_run_id()
@@ -697,4 +709,5 @@ _HANDLERS: Final[dict[str, Any]] = {
     "command_received": RunState._on_command_received,
     **{kind: RunState._on_command_outcome for kind in _COMMAND_OUTCOMES},
     "exception": RunState._on_exception,
+    "anomaly": RunState._on_anomaly,
 }

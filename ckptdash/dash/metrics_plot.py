@@ -127,8 +127,7 @@ def metrics_data(snap: RunSnapshot | None, metric: str, log: bool = False) -> Da
             d["pin"]["y"].append(v)
             d["pin"]["title"].append("resume pin")
             d["pin"]["desc"].append(esc(f"the next attempt resumes from {c.path}"))
-    anomalies: Sequence[Any] = getattr(snap, "anomalies", ())
-    for a in anomalies:
+    for a in snap.anomalies:
         if a.step is None:
             continue
         v = a.value if a.metric == metric and a.value is not None else None

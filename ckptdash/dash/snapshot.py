@@ -21,6 +21,7 @@ from typing import Final
 
 from ckptdash.events import Settings
 from ckptdash.records import (
+    AnomalyInfo,
     AttemptInfo,
     AttemptTimes,
     CheckpointInfo,
@@ -78,6 +79,7 @@ class RunSnapshot:
     """Per attempt, what badput needs (:mod:`ckptdash.badput`)."""
     metrics: Mapping[int, Sequence[MetricPoint]] = field(default_factory=dict, repr=False)
     """Per attempt, thinned rank-0 heartbeats with their metrics, by step (the metrics plot)."""
+    anomalies: tuple[AnomalyInfo, ...] = ()
 
     @property
     def newest(self) -> AttemptInfo | None:
@@ -216,6 +218,7 @@ class SnapshotBuilder:
             signature=signature,
             times=state.attempt_times(),
             metrics=metrics,
+            anomalies=tuple(state.anomalies),
         )
         self.last = snap
         return snap
