@@ -50,16 +50,22 @@ def _value(p: MetricPoint, metric: str) -> float | None:
     return float(v)
 
 
-def nearest(snap: RunSnapshot, step: int | None, attempt: int | None) -> MetricPoint | None:
+def nearest(
+    snap: RunSnapshot, step: int | None, attempt: int | None, metric: str | None = None
+) -> MetricPoint | None:
     """The heartbeat nearest to ``step`` in the saving attempt's series (any attempt's if it
-    has none); on a tie, the earlier step. The metrics a model had at that save."""
+    has none); on a tie, the earlier step. The metrics a model had at that save. With
+    ``metric``, only heartbeats where it has a finite value count."""
     if step is None:
         return None
     series: Sequence[MetricPoint] = snap.metrics.get(attempt, ()) if attempt is not None else ()
+    if metric is not None:
+        series = [p for p in series if _value(p, metric) is not None]
     if not series:
         series = [p for pts in snap.metrics.values() for p in pts]
-    best = min(series, key=lambda p: (abs(p.step - step), p.step), default=None)
-    return best
+        if metric is not None:
+            series = [p for p in series if _value(p, metric) is not None]
+    return min(series, key=lambda p: (abs(p.step - step), p.step), default=None)
 
 
 def metrics_at_save(snap: RunSnapshot, c: CheckpointInfo) -> str:
@@ -111,7 +117,7 @@ def metrics_data(snap: RunSnapshot | None, metric: str, log: bool = False) -> Da
     for c in snap.checkpoints:
         if c.step is None or c.status != "saved":
             continue
-        at = nearest(snap, c.step, c.attempt)
+        at = nearest(snap, c.step, c.attempt, metric)
         v = _value(at, metric) if at is not None else None
         if not ok(v):
             continue
@@ -132,7 +138,7 @@ def metrics_data(snap: RunSnapshot | None, metric: str, log: bool = False) -> Da
             continue
         v = a.value if a.metric == metric and a.value is not None else None
         if v is None or not ok(v):
-            near = nearest(snap, a.step, a.attempt)
+            near = nearest(snap, a.step, a.attempt, metric)  # a NaN is drawn where it began
             v = _value(near, metric) if near is not None else None
         if not ok(v):
             continue

@@ -29,6 +29,8 @@ def losses() -> list[events.Event]:
         out.append(ev(events.Heartbeat, 10 + step, step=step, metrics=metrics))
     out.append(ev(events.Heartbeat, 260, step=250, metrics={"loss": math.nan, "lr": 0.1}))
     out += [saved(105, "/ck/100", 100), saved(205, "/ck/200", 200)]
+    reason = "loss is nan (not finite)"
+    out.append(ev(events.AnomalyDetected, 261, step=250, metric="loss", value=None, reason=reason))
     out += [ev(events.RunStarted, 400, attempt=1), ev(events.Heartbeat, 410, attempt=1, step=201)]
     return out
 
@@ -51,7 +53,8 @@ def test_bars_show_the_run_and_each_attempt_with_the_same_numbers_as_the_cli(
 
 def test_metric_names_put_the_loss_first_and_the_plot_skips_non_finite_values() -> None:
     """``loss`` is the default metric; the NaN at step 250 is no point (and no line to it);
-    each save sits on the curve at the value nearest its step; log scale drops values ≤ 0."""
+    each save sits on the curve at the value nearest its step; log scale drops values ≤ 0;
+    the anomaly and the resume pin are marked."""
     state = RunState("/r", "r1")
     state.apply_events(losses())
     snap = Scenario(state=state).snapshot()
@@ -62,6 +65,10 @@ def test_metric_names_put_the_loss_first_and_the_plot_skips_non_finite_values() 
     assert d["saves"]["x"] == [200, 100]
     assert d["saves"]["y"] == [2.0 / 201, 2.0 / 101]
     assert metrics_data(snap, "acc", log=True)["lines"]["xs"][0][0] == 10  # acc 0 at step 0
+    # The NaN anomaly is marked at step 250, at the height of the last finite loss.
+    assert (d["anomalies"]["x"], d["anomalies"]["y"]) == ([250], [2.0 / 241])
+    pinned = metrics_data(Scenario(state=state).snapshot(resume_pin="/ck/100"), "loss")
+    assert (pinned["pin"]["x"], pinned["pin"]["y"]) == ([100], [2.0 / 101])
 
 
 def test_a_click_chooses_the_nearest_valid_checkpoint() -> None:
