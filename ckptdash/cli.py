@@ -346,6 +346,11 @@ def render_status(
     for r in state.requeues:
         what = f"issued: {r.command}" if r.issued else f"skipped: {r.reason}"
         lines.append(f"requeue attempt {r.attempt} {what}")
+    for an in state.anomalies:
+        pinned = f", pinned {an.pinned}" if an.pinned else ""
+        lines.append(
+            f"anomaly attempt {an.attempt} step {_opt(an.step)}: {an.reason} ({an.action}{pinned})"
+        )
     for c in sorted(state.commands.values(), key=lambda c: c.issued_at or 0):
         extra = c.detail or c.reason or c.error
         lines.append(

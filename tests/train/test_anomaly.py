@@ -13,6 +13,8 @@ import torch
 
 import ckptdash
 from ckptdash import control
+from ckptdash.cli import render_status
+from ckptdash.rundir import RunDir
 from ckptdash.train.anomaly import ROLLBACK_AUTHOR, AnomalyWatch
 from ckptdash.train.config import ConfigError, TrainConfig
 from tests.train.helpers import fake_scontrol, slurm_env, state_of
@@ -106,6 +108,9 @@ def test_rollback_pins_the_save_before_the_divergence_and_the_next_attempt_resum
     assert settings.updated_by.startswith(ROLLBACK_AUTHOR)
     assert log.read_text().split() == ["requeue", "4242"]
     assert state.attempts[0].end_reason == "anomaly"
+    assert f"anomaly attempt 0 step 35: loss is nan (not finite) (rollback, pinned {pinned})" in (
+        render_status(RunDir(run), state)
+    )
 
     slurm_env(monkeypatch, tmp_path / "bin", restart=1)
     assert loop(run, steps=60, on_anomaly="rollback")[0] == 31
