@@ -322,7 +322,7 @@ def render(g: RunGoodput) -> str:
         ]
         for a in g.attempts
     ]
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+    widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(header)]
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
     table = [fmt.format(*header), *(fmt.format(*r) for r in rows)] if rows else ["no attempts"]
     return "\n".join([head, total, causes, "", *table])

@@ -249,6 +249,18 @@ def test_cli_text_names_every_cause_and_each_attempt(
     assert [ln.split()[:2] for ln in out.splitlines()[-2:]] == [["0", "stopped"], ["1", "finished"]]
 
 
+def test_a_run_without_attempts_has_no_goodput_yet(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run directory with no events yet: wall 0, goodput null, and the text says so."""
+    (tmp_path / "run" / "events").mkdir(parents=True)
+    assert main(["goodput", str(tmp_path / "run"), "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert (d["wall_s"], d["goodput"], d["attempts"]) == (0.0, None, [])
+    assert main(["goodput", str(tmp_path / "run")]) == 0
+    assert "goodput -: productive 0.0 s of 0.0 s wall" in capsys.readouterr().out
+
+
 def _decode(rows: list[dict[str, Any]]) -> list[Any]:
     from ckptdash.events import decode_lines
 
