@@ -237,6 +237,7 @@ class RunState:
         self._dirty_commands: set[str] = set()
         self._lists_dirty = False
         self._bad_heap: list[tuple[str, int, str, str]] = []
+        self._decoded: dict[int, tuple[Heartbeat, MetricPoint]] = {}
 
     # --- input -------------------------------------------------------------------------------
 
@@ -301,14 +302,21 @@ class RunState:
 
     def metrics(self) -> dict[int, list[MetricPoint]]:
         """Per attempt, the metrics of the heartbeats kept in :attr:`series` (thinned as
-        :data:`SERIES_POINTS` says), by time; decoded on each call, so call it when drawing."""
+        :data:`SERIES_POINTS` says), by time. A heartbeat is decoded once, on the first call
+        that sees it; later calls decode only new points."""
         out = {}
+        cache, fresh = self._decoded, {}
         for n in sorted(self._attempts):
-            kept = self._attempts[n].series.heartbeats()
-            if kept:
-                out[n] = [
-                    MetricPoint(step, t, n, ev_.decode_metrics(hb.metrics)) for t, step, hb in kept
-                ]
+            points = []
+            for t, step, hb in self._attempts[n].series.heartbeats():
+                hit = cache.get(id(hb))
+                if hit is None or hit[0] is not hb:
+                    hit = (hb, MetricPoint(step, t, n, ev_.decode_metrics(hb.metrics)))
+                fresh[id(hb)] = hit
+                points.append(hit[1])
+            if points:
+                out[n] = points
+        self._decoded = fresh  # only what is still kept
         return out
 
     def valid_checkpoints(self) -> list[CheckpointInfo]:

@@ -8,8 +8,9 @@ save" pins it — through the same control action as the checkpoint table's butt
 
 from __future__ import annotations
 
+import bisect
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, Final
 
 import panel as pn
@@ -35,12 +36,15 @@ Data = dict[str, dict[str, list[Any]]]
 _LABEL: Final = "label" if "label" in pn.widgets.Select.param else "name"  # Panel 1.9 renamed it
 
 
+def _order(name: str) -> tuple[bool, bool, str]:
+    return (name != "loss", "loss" not in name, name)
+
+
 def metric_names(snap: RunSnapshot | None) -> list[str]:
     """Every metric name the run's heartbeats carry; ``loss`` (or a ``…loss…``) first."""
     if snap is None:
         return []
-    names = {n for pts in snap.metrics.values() for p in pts for n in p.metrics}
-    return sorted(names, key=lambda n: (n != "loss", "loss" not in n, n))
+    return sorted({n for pts in snap.metrics.values() for p in pts for n in p.metrics}, key=_order)
 
 
 def _value(p: MetricPoint, metric: str) -> float | None:
@@ -48,6 +52,35 @@ def _value(p: MetricPoint, metric: str) -> float | None:
     if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
         return None
     return float(v)
+
+
+_Index = dict[int | None, tuple[list[int], list[MetricPoint]]]
+_INDEXES: dict[tuple[int, str | None], tuple[object, _Index]] = {}
+
+
+def _by_step(points: list[MetricPoint]) -> tuple[list[int], list[MetricPoint]]:
+    ordered = sorted(points, key=lambda p: (p.step, p.t))
+    return [p.step for p in ordered], ordered
+
+
+def _index(snap: RunSnapshot, metric: str | None) -> _Index:
+    """Per attempt (None: all of them), its points sorted by step, for bisection; kept for the
+    snapshot's metrics (an immutable part shared by snapshots until a heartbeat arrives)."""
+    key = (id(snap.metrics), metric)
+    hit = _INDEXES.get(key)
+    if hit is not None and hit[0] is snap.metrics:
+        return hit[1]
+    index: _Index = {}
+    every: list[MetricPoint] = []
+    for n, pts in snap.metrics.items():
+        kept = [p for p in pts if metric is None or _value(p, metric) is not None]
+        every += kept
+        index[n] = _by_step(kept)
+    index[None] = _by_step(every)
+    if len(_INDEXES) >= 32:  # a few snapshots × metrics; older ones are not drawn again
+        _INDEXES.clear()
+    _INDEXES[key] = (snap.metrics, index)
+    return index
 
 
 def nearest(
@@ -58,14 +91,13 @@ def nearest(
     ``metric``, only heartbeats where it has a finite value count."""
     if step is None:
         return None
-    series: Sequence[MetricPoint] = snap.metrics.get(attempt, ()) if attempt is not None else ()
-    if metric is not None:
-        series = [p for p in series if _value(p, metric) is not None]
-    if not series:
-        series = [p for pts in snap.metrics.values() for p in pts]
-        if metric is not None:
-            series = [p for p in series if _value(p, metric) is not None]
-    return min(series, key=lambda p: (abs(p.step - step), p.step), default=None)
+    index = _index(snap, metric)
+    steps, points = index.get(attempt) or ([], [])
+    if not points:
+        steps, points = index[None]
+    i = bisect.bisect_left(steps, step)
+    near = points[max(0, i - 1) : i + 1]
+    return min(near, key=lambda p: (abs(p.step - step), p.step), default=None)
 
 
 def metrics_at_save(snap: RunSnapshot, c: CheckpointInfo) -> str:
@@ -75,7 +107,7 @@ def metrics_at_save(snap: RunSnapshot, c: CheckpointInfo) -> str:
         return ""
     values = [
         f"{n} {text.number(v, 4) if abs(v) < 1e4 else f'{v:.3g}'}"
-        for n in metric_names(snap)
+        for n in sorted(p.metrics, key=_order)
         if (v := _value(p, n)) is not None
     ]
     at = "" if p.step == c.step else f" (step {p.step:,})"
