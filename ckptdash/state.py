@@ -75,14 +75,15 @@ def _key(event: Event) -> Key:
 
 
 class _Series:
-    """Earliest (t, step) per time bucket, with its heartbeat; the bucket width doubles to stay
-    under a cap."""
+    """Earliest (t, step) per time bucket, with its heartbeat's metrics; the bucket width
+    doubles to stay under a cap. The metrics are copied: a heartbeat read from a file is a view
+    into the whole buffer it was decoded from, which would stay in memory with it."""
 
     __slots__ = ("buckets", "hi", "lo", "min_t", "width")
 
     def __init__(self) -> None:
         self.width = 1.0
-        self.buckets: dict[float, tuple[float, int, Heartbeat]] = {}
+        self.buckets: dict[float, tuple[float, int, msgspec.Raw]] = {}
         # The bucket the last point fell in: a heartbeat later than its minimum changes nothing.
         self.lo = self.hi = self.min_t = 0.0
 
@@ -94,12 +95,12 @@ class _Series:
         if (
             old is None
             or (t, step) < old[:2]
-            or ((t, step) == old[:2] and _encode(hb) > _encode(old[2]))  # same bytes win ties
+            or ((t, step) == old[:2] and bytes(hb.metrics) > bytes(old[2]))  # order-independent
         ):
-            self.buckets[b] = (t, step, hb)
+            self.buckets[b] = (t, step, hb.metrics.copy())
             while len(self.buckets) > SERIES_POINTS:
                 self.width *= 2  # powers of two: bucket floor(t/2w) is the union of two old ones
-                merged: dict[float, tuple[float, int, Heartbeat]] = {}
+                merged: dict[float, tuple[float, int, msgspec.Raw]] = {}
                 for point in self.buckets.values():
                     nb = point[0] // self.width
                     if nb not in merged or point[:2] < merged[nb][:2]:
@@ -112,7 +113,7 @@ class _Series:
     def points(self) -> list[tuple[float, int]]:
         return sorted(p[:2] for p in self.buckets.values())
 
-    def heartbeats(self) -> list[tuple[float, int, Heartbeat]]:
+    def heartbeats(self) -> list[tuple[float, int, msgspec.Raw]]:
         return sorted(self.buckets.values(), key=lambda p: p[:2])
 
 
@@ -237,7 +238,7 @@ class RunState:
         self._dirty_commands: set[str] = set()
         self._lists_dirty = False
         self._bad_heap: list[tuple[str, int, str, str]] = []
-        self._decoded: dict[int, tuple[Heartbeat, MetricPoint]] = {}
+        self._decoded: dict[int, tuple[msgspec.Raw, MetricPoint]] = {}
 
     # --- input -------------------------------------------------------------------------------
 
@@ -308,11 +309,11 @@ class RunState:
         cache, fresh = self._decoded, {}
         for n in sorted(self._attempts):
             points = []
-            for t, step, hb in self._attempts[n].series.heartbeats():
-                hit = cache.get(id(hb))
-                if hit is None or hit[0] is not hb:
-                    hit = (hb, MetricPoint(step, t, n, ev_.decode_metrics(hb.metrics)))
-                fresh[id(hb)] = hit
+            for t, step, raw in self._attempts[n].series.heartbeats():
+                hit = cache.get(id(raw))
+                if hit is None or hit[0] is not raw:
+                    hit = (raw, MetricPoint(step, t, n, ev_.decode_metrics(raw)))
+                fresh[id(raw)] = hit
                 points.append(hit[1])
             if points:
                 out[n] = points
