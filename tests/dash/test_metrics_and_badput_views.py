@@ -13,7 +13,9 @@ from ckptdash.dash.app import Dashboard, DashOptions
 from ckptdash.dash.badput_view import of_snapshot, render_badput
 from ckptdash.dash.hub import WatcherHub
 from ckptdash.dash.metrics_plot import choose, metric_names, metrics_at_save, metrics_data
+from ckptdash.dash.model import DashModel
 from ckptdash.dash.table import checkpoint_frame
+from ckptdash.dash.views import RunList
 from ckptdash.state import SERIES_POINTS, RunState
 from tests.dash.conftest import T0, Scenario, ev, preempted_run, saved
 
@@ -49,6 +51,15 @@ def test_bars_show_the_run_and_each_attempt_with_the_same_numbers_as_the_cli(
     assert "goodput <b class='gp-run'>56.0 %</b>" in html
     assert 'title="lost work: 1 min 00 s (30.0 %)"' in html  # attempt 1: 60 s of 200 s
     assert "most lost to <b>startup</b>" in html
+
+
+def test_the_runs_list_has_a_goodput_column(scenario: Scenario) -> None:
+    """Each run's row carries its goodput now (0–1, shown as a percentage)."""
+    scenario.add(*preempted_run())
+    model = DashModel(path="/runs")
+    model.publish(scenario.folder(T0 + 620))
+    (row,) = RunList(model).frame().to_dict("records")
+    assert row["goodput"] == of_snapshot(model.run, T0 + 620).goodput == 0.559677
 
 
 def test_metric_names_put_the_loss_first_and_the_plot_skips_non_finite_values() -> None:
