@@ -74,12 +74,26 @@ def test_goodput_panel_shows_a_bar_for_the_run_and_each_attempt(page: Page) -> N
     expect(page.locator(".gp-advice")).to_contain_text("expected goodput at the Daly interval")
 
 
-def test_metrics_plot_draws_the_loss_and_offers_every_metric(page: Page) -> None:
-    """The metrics plot is on the page with the loss chosen; lr is selectable too."""
+_Y_SCALE_JS = """(name) => {
+  const plot = [...Bokeh.index.all_views()].find((v) => v.model.name === name && v.frame);
+  return plot === undefined ? null : plot.model.y_scale.type;
+}"""
+
+
+def test_metrics_plot_draws_the_loss_and_offers_every_metric_and_a_log_scale(page: Page) -> None:
+    """The metrics plot is on the page with the loss chosen; lr is selectable too; the log
+    scale box redraws it with a logarithmic y axis, and back."""
     select = page.get_by_role("combobox").filter(has_text="loss")
     expect(select).to_be_visible()
     assert sorted(select.locator("option").all_inner_texts()) == ["loss", "lr"]
     assert page.evaluate(_POINT_JS, [PLOT_NAME, 0]) is not None
+    assert page.evaluate(_Y_SCALE_JS, PLOT_NAME) == "LinearScale"
+    # Panel draws the checkbox's text as a sibling <div>, not a <label>: find it by that.
+    box = page.locator("input[type=checkbox]:has(+ .bk-label:text-is('log scale'))")
+    box.click()
+    page.wait_for_function(f"() => ({_Y_SCALE_JS})({PLOT_NAME!r}) === 'LogScale'")
+    box.click()
+    page.wait_for_function(f"() => ({_Y_SCALE_JS})({PLOT_NAME!r}) === 'LinearScale'")
 
 
 def test_choosing_a_checkpoint_on_the_plot_pins_it(
