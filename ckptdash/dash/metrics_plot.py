@@ -182,6 +182,24 @@ def metrics_data(snap: RunSnapshot | None, metric: str, log: bool = False) -> Da
     return d
 
 
+def render_anomalies(snap: RunSnapshot | None, limit: int = 3) -> str:
+    """The newest anomalies, one line each: where, why, and what the job did."""
+    if snap is None or not snap.anomalies:
+        return ""
+    lines = []
+    for a in snap.anomalies[-limit:]:
+        step = "?" if a.step is None else f"{a.step:,}"
+        did = {"record": "recorded", "stop": "stopped", "rollback": "rolled back"}.get(
+            a.action, a.action
+        )
+        pinned = f"; pinned <code>{esc(a.pinned)}</code>" if a.pinned else ""
+        lines.append(
+            f"<div class='anomaly'><b style='color:#c92a2a'>anomaly</b> at step {step}"
+            f" (attempt {a.attempt}): {esc(a.reason)} — {esc(did)}{pinned}</div>"
+        )
+    return "<div class='ck'>" + "".join(lines) + "</div>"
+
+
 def choose(snap: RunSnapshot | None, step: float) -> CheckpointInfo | None:
     """The valid checkpoint whose step is nearest ``step`` (the newer one on a tie)."""
     if snap is None or not math.isfinite(step):
@@ -204,6 +222,7 @@ class MetricsPlot(pn.viewable.Viewer):  # type: ignore[misc]
         self.pin_button.on_click(self._pin)
         self.chosen: CheckpointInfo | None = None
         self._note = HtmlPane(margin=(5, 10))
+        self._anomalies = HtmlPane(margin=(0, 10))
         self._height = height
         self._pane = pn.pane.Bokeh(self._figure(False), sizing_mode="stretch_width")
         self._sent: Data = {}
@@ -217,6 +236,7 @@ class MetricsPlot(pn.viewable.Viewer):  # type: ignore[misc]
                 sizing_mode="stretch_width",
             ),
             self._pane,
+            self._anomalies,
             sizing_mode="stretch_width",
             visible=False,
         )
@@ -293,6 +313,7 @@ class MetricsPlot(pn.viewable.Viewer):  # type: ignore[misc]
         if names != list(self.select.options):
             keep = self.select.value if self.select.value in names else names[0] if names else None
             self.select.param.update(options=names, value=keep)
+        self._anomalies.object = render_anomalies(snap)
         if self.chosen is not None and (snap is None or self.chosen.path not in snap.valid_paths()):
             self.chosen = None
         self._redraw()

@@ -12,7 +12,13 @@ from ckptdash import control, events
 from ckptdash.dash.app import Dashboard, DashOptions
 from ckptdash.dash.badput_view import of_snapshot, render_badput
 from ckptdash.dash.hub import WatcherHub
-from ckptdash.dash.metrics_plot import choose, metric_names, metrics_at_save, metrics_data
+from ckptdash.dash.metrics_plot import (
+    choose,
+    metric_names,
+    metrics_at_save,
+    metrics_data,
+    render_anomalies,
+)
 from ckptdash.dash.model import DashModel
 from ckptdash.dash.table import checkpoint_frame
 from ckptdash.dash.views import RunList
@@ -78,6 +84,9 @@ def test_metric_names_put_the_loss_first_and_the_plot_skips_non_finite_values() 
     assert metrics_data(snap, "acc", log=True)["lines"]["xs"][0][0] == 10  # acc 0 at step 0
     # The NaN anomaly is marked at step 250, at the height of the last finite loss.
     assert (d["anomalies"]["x"], d["anomalies"]["y"]) == ([250], [2.0 / 241])
+    assert "anomaly</b> at step 250 (attempt 0): loss is nan (not finite) — recorded" in (
+        render_anomalies(snap)
+    )
     pinned = metrics_data(Scenario(state=state).snapshot(resume_pin="/ck/100"), "loss")
     assert (pinned["pin"]["x"], pinned["pin"]["y"]) == ([100], [2.0 / 101])
 
