@@ -80,8 +80,8 @@ def who() -> str:
 class Webhook:
     """POSTs JSON to one URL from a daemon thread: retried with backoff, rate-limited.
 
-    At most ``per_minute`` posts start in any minute (``window_s``) (a storm of alerts across many runs must
-    not flood a pager); the rest wait their turn in order, never dropped while the process
+    At most ``per_minute`` posts start in any ``window_s`` (a storm of alerts across many
+    runs must not flood a pager); the rest wait their turn in order, never dropped while the process
     lives. A post that fails ``tries`` times is reported on ``log`` and given up.
     """
 
@@ -210,8 +210,15 @@ def act(action: str, job: str, runner: slurm_admin.Runner | None = None) -> tupl
             return f"scontrol hold {job}", False, f"not held: the job is {state}"
         if view.held:
             return f"scontrol hold {job}", True, "already held"
+        if view.state != "RUNNING":
+            # Pending, or between attempts (COMPLETING, REQUEUED): hold() waits for the queue.
+            try:
+                after = slurm_admin.hold(job, runner=runner)
+            except slurm_admin.SlurmError as exc:
+                return f"scontrol hold {job}", False, str(exc)
+            return f"scontrol hold {job}", True, f"held; now {after.describe()}"
         # A running attempt of a crash loop: requeue it held, so no further attempt starts.
-        argv = ["scontrol", "hold" if view.pending else "requeuehold", job]
+        argv = ["scontrol", "requeuehold", job]
     else:
         raise CkptDashError(f"unknown action {action!r}")
     command = shlex.join(argv)

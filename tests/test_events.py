@@ -39,7 +39,12 @@ REQUIRED: dict[str, dict[str, object]] = {
     "pulse": {},
     "alert_raised": {"alert": "hung", "since": 1_700_000_000.0},
     "alert_cleared": {"alert": "hung"},
-    "action_taken": {"alert": "hung", "action": "requeue", "command": "scontrol requeue 1", "ok": True},
+    "action_taken": {
+        "alert": "hung",
+        "action": "requeue",
+        "command": "scontrol requeue 1",
+        "ok": True,
+    },
 }
 
 
