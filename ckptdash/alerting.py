@@ -213,10 +213,10 @@ def act(action: str, job: str, runner: slurm_admin.Runner | None = None) -> tupl
         if view.state != "RUNNING":
             # Pending, or between attempts (COMPLETING, REQUEUED): hold() waits for the queue.
             try:
-                after = slurm_admin.hold(job, runner=runner)
+                held = slurm_admin.hold(job, runner=runner)
             except slurm_admin.SlurmError as exc:
                 return f"scontrol hold {job}", False, str(exc)
-            return f"scontrol hold {job}", True, f"held; now {after.describe()}"
+            return f"scontrol hold {job}", True, f"held; now {held.describe()}"
         # A running attempt of a crash loop: requeue it held, so no further attempt starts.
         argv = ["scontrol", "requeuehold", job]
     else:

@@ -30,13 +30,14 @@ from __future__ import annotations
 import itertools
 import statistics
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from typing import TYPE_CHECKING, Any, Final
 
 from ckptdash.errors import CkptDashError
+from ckptdash.records import AttemptInfo, CheckpointInfo, RankInfo, SignalInfo
 
 if TYPE_CHECKING:
-    from ckptdash.records import AttemptInfo
     from ckptdash.state import RunState
 
 KINDS: Final = (
@@ -145,12 +146,44 @@ class Alert:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class Facts:
+    """What the detectors read of a run: a copy that another thread may keep (a dashboard
+    snapshot carries one, so its views can run the detectors again as the clock moves)."""
+
+    attempts: Mapping[int, AttemptInfo]
+    ranks: Sequence[RankInfo]
+    """The ranks of the newest attempt."""
+    series: Mapping[int, Sequence[tuple[float, int]]]
+    checkpoints: Sequence[CheckpointInfo]
+    signals: Sequence[SignalInfo]
+    save_outcomes: Sequence[bool]
+
+    def valid_checkpoints(self) -> list[CheckpointInfo]:
+        return [c for c in self.checkpoints if c.status == "saved"]
+
+
+def facts_of(state: RunState) -> Facts:
+    """The detectors' inputs from ``state`` (copied: the state changes in place)."""
+    newest = max(state.attempts) if state.attempts else None
+    return Facts(
+        attempts={n: replace(a) for n, a in state.attempts.items()},
+        ranks=tuple(state.rank_info(newest)) if newest is not None else (),
+        series={n: tuple(p[-256:]) for n, p in state.series.items() if n == newest},
+        checkpoints=tuple(replace(c) for c in state.checkpoints.values()),
+        signals=tuple(state.signals),
+        save_outcomes=tuple(state.save_outcomes()),
+    )
+
+
 def detect(
-    state: RunState, thresholds: Thresholds | None = None, now: float | None = None
+    state: RunState | Facts, thresholds: Thresholds | None = None, now: float | None = None
 ) -> list[Alert]:
     """The alerts that hold for ``state`` at ``now`` (default: the time now), by kind."""
     th = thresholds or Thresholds()
     now = time.time() if now is None else now
+    if not isinstance(state, Facts):
+        state = facts_of(state)
     if not state.attempts:
         return []
     newest = state.attempts[max(state.attempts)]
@@ -169,7 +202,7 @@ def detect(
 # --- the detectors -------------------------------------------------------------------------------
 
 
-def median_step_s(points: list[tuple[float, int]], last: int = 20) -> float | None:
+def median_step_s(points: Sequence[tuple[float, int]], last: int = 20) -> float | None:
     """The median seconds per step over the last ``last`` progress intervals, or None."""
     rates = []
     for (t0, s0), (t1, s1) in itertools.pairwise(points):
@@ -178,10 +211,10 @@ def median_step_s(points: list[tuple[float, int]], last: int = 20) -> float | No
     return statistics.median(rates[-last:]) if rates else None
 
 
-def _hung(state: RunState, a: AttemptInfo, th: Thresholds, now: float) -> Alert | None:
+def _hung(state: Facts, a: AttemptInfo, th: Thresholds, now: float) -> Alert | None:
     if a.outcome != "running":
         return None
-    ranks = state.rank_info(a.attempt)
+    ranks = state.ranks
     stuck: list[float] = []  # per rank: seconds at its step, as of now
     step = None
     for r in ranks:
@@ -224,13 +257,13 @@ def _stale(a: AttemptInfo, th: Thresholds, now: float) -> Alert | None:
     )
 
 
-def _best_step_before(state: RunState, t: float) -> int:
+def _best_step_before(state: Facts, t: float) -> int:
     """The highest step of a valid checkpoint saved before ``t`` (-1: none)."""
     steps = [c.step for c in state.valid_checkpoints() if c.t is not None and c.t < t]
     return max((s for s in steps if s is not None), default=-1)
 
 
-def _restart_storm(state: RunState, th: Thresholds, now: float) -> Alert | None:
+def _restart_storm(state: Facts, th: Thresholds, now: float) -> Alert | None:
     if state.attempts[max(state.attempts)].outcome == "finished":
         return None
     started = sorted(
@@ -258,7 +291,7 @@ def _restart_storm(state: RunState, th: Thresholds, now: float) -> Alert | None:
     )
 
 
-def _stalled_progress(state: RunState, th: Thresholds) -> Alert | None:
+def _stalled_progress(state: Facts, th: Thresholds) -> Alert | None:
     ended = sorted(
         (a for a in state.attempts.values() if a.outcome != "running" and a.started_at is not None),
         key=lambda a: a.started_at or 0.0,
@@ -285,7 +318,7 @@ def _stalled_progress(state: RunState, th: Thresholds) -> Alert | None:
     )
 
 
-def _budget_low(state: RunState, a: AttemptInfo, th: Thresholds) -> Alert | None:
+def _budget_low(state: Facts, a: AttemptInfo, th: Thresholds) -> Alert | None:
     if a.requeue_budget is None or a.outcome == "finished":
         return None
     # The budget is per job: its own restarts, not the attempts of earlier jobs in the run.
@@ -303,7 +336,7 @@ def _budget_low(state: RunState, a: AttemptInfo, th: Thresholds) -> Alert | None
     )
 
 
-def _save_margin_negative(state: RunState) -> Alert | None:
+def _save_margin_negative(state: Facts) -> Alert | None:
     saving = [s for s in state.signals if s.action in ("requeue", "terminate")]
     if not saving:
         return None
@@ -313,7 +346,7 @@ def _save_margin_negative(state: RunState) -> Alert | None:
         return None
     saved = [
         c
-        for c in state.checkpoints.values()
+        for c in state.checkpoints
         if c.attempt == sig.attempt
         and c.trigger == "signal"
         and c.status == "saved"
@@ -341,8 +374,8 @@ def _save_margin_negative(state: RunState) -> Alert | None:
     )
 
 
-def _checkpoint_failures(state: RunState, th: Thresholds) -> Alert | None:
-    outcomes = state.save_outcomes()
+def _checkpoint_failures(state: Facts, th: Thresholds) -> Alert | None:
+    outcomes = state.save_outcomes
     run = 0
     for ok in reversed(outcomes):
         if ok:
@@ -351,7 +384,7 @@ def _checkpoint_failures(state: RunState, th: Thresholds) -> Alert | None:
     if run < th.failures_in_row:
         return None
     failed = sorted(
-        (c for c in state.checkpoints.values() if c.error or c.status == "failed"),
+        (c for c in state.checkpoints if c.error or c.status == "failed"),
         key=lambda c: c.started_at or c.t or 0.0,
     )
     last = failed[-1] if failed else None

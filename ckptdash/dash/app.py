@@ -30,6 +30,7 @@ import panel as pn
 
 from ckptdash.dash.controls import ControlActions, Controls, default_author
 from ckptdash.dash.delivery import Delivery
+from ckptdash.dash.health_view import HealthBanner, RanksView
 from ckptdash.dash.hub import WatcherHub, shared_hub
 from ckptdash.dash.model import DEFAULT_STALE_AFTER_S, DashModel
 from ckptdash.dash.mounts import WATCH_MODES, WatchMode
@@ -109,6 +110,8 @@ class Dashboard(pn.viewable.Viewer):  # type: ignore[misc]
             mirror_requeue=lambda suspended: self.scheduler.mirror_requeue(suspended),
         )
         self.header = StatusHeader(self.model)
+        self.alerts = HealthBanner(self.model)
+        self.ranks = RanksView(self.model)
         self.runs = RunList(self.model)
         self.controls = Controls(self.model, self.actions)
         doc = pn.state.curdoc
@@ -136,10 +139,12 @@ class Dashboard(pn.viewable.Viewer):  # type: ignore[misc]
             self._title,
             self.runs,
             self.header,
+            self.alerts,
             self.controls,
             self.scheduler,
             self.timeline,
             pn.Row(self.goodput, self.commands, sizing_mode="stretch_width"),
+            self.ranks,
             self.table,
             sizing_mode="stretch_width",
         )
