@@ -240,3 +240,17 @@ def test_status_json_lists_alerts_and_thresholds_come_from_settings_and_flags(
     assert alerts("--hung-after", "500") == []
     assert cli.main(["status", str(run_dir.root), "--threshold", "nope=1"]) == 2
     assert "unknown health threshold 'nope'" in capsys.readouterr().err
+
+
+def test_watch_command_once_fires_to_exec_and_records(run_dir: RunDir, tmp_path: Path) -> None:
+    """`ckptdash watch RUN --once --hung-after 60 --exec CMD` (as cron would run it): the hung
+    alert reaches CMD's stdin as JSON and is recorded in the run; a bad rule exits 2."""
+    now = time.time()
+    write(run_dir, 0, (ev.RunStarted, now - T0 - 100, {"scheduler": "local"}))
+    write(run_dir, 0, *[(ev.Pulse, now - T0 - 100 + i, {"step": min(i, 3)}) for i in range(100)])
+    out = tmp_path / "alerts.jsonl"
+    argv = ["watch", str(run_dir.root), "--once", "--hung-after", "60", "--exec", f"cat > {out}"]
+    assert cli.main(argv) == 0
+    assert json.loads(out.read_text())["alert"] == "hung"
+    assert [x.alert for x in load_state(run_dir).alert_log] == ["hung"]
+    assert cli.main(["watch", str(run_dir.root), "--on", "stale=requeue"]) == 2

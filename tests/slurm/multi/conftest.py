@@ -15,11 +15,11 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.slurm.harness import (
-    DURATIONS,
     ENABLE_HINT,
     Cluster,
     ClusterUnavailable,
@@ -30,6 +30,9 @@ from tests.slurm.harness import (
 HERE = Path(__file__).resolve().parent
 NODES = 3
 NODE_CPUS = 8
+MEASUREMENTS: list[tuple[str, dict[str, float]]] = []
+"""(what, figures in seconds) the multi-node scenarios measured, printed at the end."""
+_spans: dict[str, float] = {}
 
 
 class MultiCluster(Cluster):
@@ -100,7 +103,8 @@ def multi_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MultiClu
         yield cluster
     finally:
         cluster.stop()
-        DURATIONS["multi-node tier (cluster start to stop)"] = time.monotonic() - began
+        _spans["tier_s"] = time.monotonic() - began
+        _spans["start_s"] = cluster.start_s
 
 
 @pytest.fixture(scope="package")
@@ -129,3 +133,17 @@ def _slurm_conf(multi_cluster: MultiCluster, monkeypatch: pytest.MonkeyPatch) ->
     """Tests here talk to the multi-node cluster (this replaces tests/slurm's fixture of the
     same name, so the single-node cluster is not started for them)."""
     monkeypatch.setenv("SLURM_CONF", str(multi_cluster.conf))
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Print what the multi-node scenarios measured on the real scheduler."""
+    if "tier_s" not in _spans:
+        return
+    tr = terminalreporter
+    tr.section("multi-node SLURM tier: measured on the real scheduler")
+    tr.write_line(
+        f"cluster start: {_spans['start_s']:.1f} s; tier wall time, start to stop:"
+        f" {_spans['tier_s']:.0f} s"
+    )
+    for name, figures in MEASUREMENTS:
+        tr.write_line(f"{name}: " + ", ".join(f"{k} {v:.1f}" for k, v in figures.items()))

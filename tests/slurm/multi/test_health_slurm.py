@@ -17,14 +17,13 @@ import pytest
 from ckptdash.events import Event
 from tests.slurm.harness import (
     JOBS,
-    MEASUREMENTS,
     Job,
     Scenario,
     Scenarios,
     free_port,
     read_events,
 )
-from tests.slurm.multi.conftest import multi_scenario
+from tests.slurm.multi.conftest import MEASUREMENTS, multi_scenario
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(600)]
 
@@ -151,7 +150,10 @@ def test_hung_collective_is_raised_requeued_and_resumed(multi_scenarios: Scenari
     MEASUREMENTS.append(
         (
             "hung collective (2 nodes)",
-            {"last step to hung raised": latency, "hung raised to attempt 1": resumed - raised.t},
+            {
+                "last step to hung raised, s": latency,
+                "hung raised to attempt 1 started, s": resumed - raised.t,
+            },
         )
     )
 
