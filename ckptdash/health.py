@@ -157,7 +157,8 @@ class Facts:
     series: Mapping[int, Sequence[tuple[float, int]]]
     checkpoints: Sequence[CheckpointInfo]
     signals: Sequence[SignalInfo]
-    save_outcomes: Sequence[bool]
+    save_outcomes: Sequence[tuple[float, bool, int, str]]
+    """The latest save outcomes, oldest first: (t, saved?, attempt, error)."""
 
     def valid_checkpoints(self) -> list[CheckpointInfo]:
         return [c for c in self.checkpoints if c.status == "saved"]
@@ -375,24 +376,19 @@ def _save_margin_negative(state: Facts) -> Alert | None:
 
 
 def _checkpoint_failures(state: Facts, th: Thresholds) -> Alert | None:
-    outcomes = state.save_outcomes
-    run = 0
-    for ok in reversed(outcomes):
-        if ok:
+    failed: list[tuple[float, bool, int, str]] = []
+    for outcome in reversed(state.save_outcomes):
+        if outcome[1]:
             break
-        run += 1
-    if run < th.failures_in_row:
+        failed.append(outcome)
+    if len(failed) < th.failures_in_row:
         return None
-    failed = sorted(
-        (c for c in state.checkpoints if c.error or c.status == "failed"),
-        key=lambda c: c.started_at or c.t or 0.0,
-    )
-    last = failed[-1] if failed else None
-    since = (last.started_at or last.t or 0.0) if last else 0.0
-    why = f": {last.error}" if last and last.error else ""
+    _, _, attempt, error = failed[0]  # the latest
+    # Newest first: the failure that made the run of them long enough to be an alert.
+    since = failed[len(failed) - int(th.failures_in_row)][0]
     return Alert(
         "checkpoint_failures",
         since,
-        f"{run} failed saves in a row{why}",
-        None if last is None else last.attempt,
+        f"{len(failed)} failed saves in a row: {error}",
+        attempt,
     )

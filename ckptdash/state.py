@@ -187,6 +187,8 @@ _CKPT_SLOT: Final = {
 _COMMAND_OUTCOMES: Final = {"command_applied", "command_rejected", "command_expired"}
 _ALERT_KINDS: Final = frozenset({"alert_raised", "alert_cleared", "action_taken"})
 SAVE_OUTCOMES: Final = 16
+SaveOutcome: TypeAlias = tuple[float, bool, int, str]
+"""One save's outcome: (t, saved?, attempt, error of a failed save)."""
 
 
 # --- the state ---------------------------------------------------------------------------------
@@ -234,7 +236,7 @@ class RunState:
         # The latest pulse, keyed like ``_best_hb``: the 1 Hz progress the views show.
         self._best_pulse: tuple[tuple[bool, float, int, int], Pulse] | None = None
         # The latest save outcomes by event key (True: saved), for ``checkpoint_failures``.
-        self._save_outcomes: list[tuple[Key, bool]] = []
+        self._save_outcomes: list[tuple[Key, SaveOutcome]] = []
 
     # --- input -------------------------------------------------------------------------------
 
@@ -329,9 +331,9 @@ class RunState:
             )
         return out
 
-    def save_outcomes(self) -> list[bool]:
-        """The latest save outcomes, oldest first (True: saved, False: failed); at most 16."""
-        return [ok for _, ok in sorted(self._save_outcomes)]
+    def save_outcomes(self) -> list[SaveOutcome]:
+        """The latest save outcomes, oldest first: (t, saved?, attempt, error); at most 16."""
+        return [out for _, out in sorted(self._save_outcomes)]
 
     # --- the hot path ------------------------------------------------------------------------
 
@@ -444,7 +446,8 @@ class RunState:
             c.latest[slot] = (k, ev)
         if slot in ("saved", "failed"):
             outcomes = self._save_outcomes
-            item = (k, slot == "saved")
+            error = ev.error if isinstance(ev, ev_.CheckpointFailed) else ""
+            item = (k, (ev.t, slot == "saved", ev.attempt, error))
             if len(outcomes) < SAVE_OUTCOMES:
                 heapq.heappush(outcomes, item)
             else:

@@ -239,6 +239,9 @@ def test_checkpoint_failures_two_in_a_row_and_a_save_clears_it() -> None:
     log.failed(20, 20)
     alert = log.alert("checkpoint_failures", at=21)
     assert "2 failed saves in a row" in alert.detail and "disk full" in alert.detail
+    assert alert.since == T0 + 20
+    log.failed(25, 25)
+    assert log.alert("checkpoint_failures", at=26).since == T0 + 20
     log.saved(30, 30)
     assert "checkpoint_failures" not in log.kinds(at=31)
 

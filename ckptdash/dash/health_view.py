@@ -11,7 +11,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Final
+from typing import Any, Final
+
+import panel as pn
+import param
+from panel.reactive import ReactiveHTML
 
 from ckptdash import health
 from ckptdash.dash import text
@@ -73,13 +77,82 @@ def render_banner(snap: RunSnapshot | None, now: float) -> str:
     )
 
 
+class BrowserNotifier(ReactiveHTML):  # type: ignore[misc]
+    """Opt-in browser notifications: a button asks the browser's permission; from then on each
+    new ``note`` shows as a system notification (``Notification`` API), even while the tab
+    is in the background. Off until the user clicks: nothing is asked of the browser before."""
+
+    enabled = param.Boolean(default=False, doc="The user turned notifications on (and allowed).")
+    note = param.String(default="", doc="The latest alert; a change notifies once.")
+
+    _template = (
+        '<button id="toggle" type="button" title="Get a browser notification when an alert'
+        ' begins (asks the browser for permission)" style="font-size:12px;padding:1px 8px;'
+        'border:1px solid #ced4da;border-radius:4px;background:white;cursor:pointer"'
+        " onclick=\"${script('toggle')}\">Browser notifications: off</button>"
+    )
+    _scripts: Final = {
+        "render": "toggle.textContent = 'Browser notifications: ' + (data.enabled ? 'on' : 'off')",
+        "enabled": "toggle.textContent = 'Browser notifications: ' + (data.enabled ? 'on' : 'off')",
+        "toggle": """
+            if (data.enabled) { data.enabled = false; return }
+            if (!('Notification' in window)) {
+              toggle.textContent = 'Browser notifications: not supported by this browser'; return
+            }
+            Notification.requestPermission().then((answer) => {
+              data.enabled = answer === 'granted'
+              if (answer !== 'granted') {
+                toggle.textContent = 'Browser notifications: blocked (allow them for this site)'
+              }
+            })
+        """,
+        "note": """
+            if (data.enabled && data.note && window.Notification
+                && Notification.permission === 'granted') {
+              new Notification('ckptdash', {body: data.note.replace(/ #[0-9]+$/, '')})
+            }
+        """,
+    }
+
+
 class HealthBanner(HtmlView):
-    """The alerts of the selected run, re-evaluated at every refresh of the clock."""
+    """The alerts of the selected run, re-evaluated at every refresh of the clock, and the
+    opt-in browser notification of each alert as it begins."""
 
     WATCH = ("run", "now")
 
+    def __init__(self, model: Any, **params: Any) -> None:
+        self.notifier = BrowserNotifier(margin=(0, 10))
+        self._seen: set[tuple[str, str]] = set()
+        self._sent = 0
+        super().__init__(model, **params)
+        self._layout = pn.Column(self._pane, self.notifier, sizing_mode="stretch_width")
+
+    def __panel__(self) -> Any:
+        return self._layout
+
     def html(self) -> str:
-        return render_banner(self.model.run, self.model.now or time.time())
+        snap, now = self.model.run, self.model.now or time.time()
+        alerts = alerts_of(snap, now)
+        self._notify(snap, alerts)
+        return render_banner(snap, now)
+
+    def _notify(self, snap: RunSnapshot | None, alerts: list[health.Alert]) -> None:
+        """One notification per alert as it begins (a run's alert seen before is not new)."""
+        if snap is None:
+            return
+        current = {(snap.root, a.kind) for a in alerts}
+        new = [a for a in alerts if (snap.root, a.kind) not in self._seen]
+        # Forget the ones that cleared, so their next episode notifies again.
+        self._seen = {k for k in self._seen if k[0] != snap.root} | current
+        # Always sent: the browser shows it only if the user turned notifications on there
+        # (decided in the page, so a click just before an alert is never lost in transit).
+        if new:
+            self._sent += 1
+            a = new[0]
+            more = f" (+{len(new) - 1} more)" if len(new) > 1 else ""
+            label = LABELS.get(a.kind, a.kind)
+            self.notifier.note = f"{snap.name}: {label}: {a.detail}{more} #{self._sent}"
 
 
 def rank_marks(ranks: Sequence[RankInfo], now: float, steps_per_s: float | None) -> dict[int, str]:
