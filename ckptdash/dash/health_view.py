@@ -44,25 +44,30 @@ LABELS: Final = {
 }
 
 
-def thresholds_of(snap: RunSnapshot) -> health.Thresholds:
-    """The run's thresholds from its settings (the defaults where they cannot be read)."""
-    stored = snap.settings.health if snap.settings is not None else {}
+def thresholds_of(snap: RunSnapshot, stale_after_s: float | None = None) -> health.Thresholds:
+    """The run's thresholds from its settings (the defaults where they cannot be read);
+    ``stale_after_s`` (the dashboard's ``--stale-after``) unless the run sets its own."""
+    stored = dict(snap.settings.health) if snap.settings is not None else {}
+    if stale_after_s is not None and stale_after_s > 0:
+        stored.setdefault("stale_after_s", stale_after_s)
     try:
-        return health.Thresholds().updated(dict(stored))
+        return health.Thresholds().updated(stored)
     except CkptDashError:
         return health.Thresholds()
 
 
-def alerts_of(snap: RunSnapshot | None, now: float) -> list[health.Alert]:
+def alerts_of(
+    snap: RunSnapshot | None, now: float, stale_after_s: float | None = None
+) -> list[health.Alert]:
     """The alerts that hold for ``snap`` at ``now``."""
     if snap is None or snap.health is None:
         return []
-    return health.detect(snap.health, thresholds_of(snap), now)
+    return health.detect(snap.health, thresholds_of(snap, stale_after_s), now)
 
 
-def render_banner(snap: RunSnapshot | None, now: float) -> str:
+def render_banner(snap: RunSnapshot | None, now: float, stale_after_s: float | None = None) -> str:
     """The banner's HTML: one line per alert that holds; empty when the run is healthy."""
-    alerts = alerts_of(snap, now)
+    alerts = alerts_of(snap, now, stale_after_s)
     if not alerts:
         return ""
     rows = "".join(
@@ -119,7 +124,7 @@ class HealthBanner(HtmlView):
     """The alerts of the selected run, re-evaluated at every refresh of the clock, and the
     opt-in browser notification of each alert as it begins."""
 
-    WATCH = ("run", "now")
+    WATCH = ("run", "now", "stale_after_s")
 
     def __init__(self, model: Any, **params: Any) -> None:
         self.notifier = BrowserNotifier(margin=(0, 10))
@@ -133,9 +138,10 @@ class HealthBanner(HtmlView):
 
     def html(self) -> str:
         snap, now = self.model.run, self.model.now or time.time()
-        alerts = alerts_of(snap, now)
+        stale = self.model.stale_after_s
+        alerts = alerts_of(snap, now, stale)
         self._notify(snap, alerts)
-        return render_banner(snap, now)
+        return render_banner(snap, now, stale)
 
     def _notify(self, snap: RunSnapshot | None, alerts: list[health.Alert]) -> None:
         """One notification per alert as it begins (a run's alert seen before is not new)."""
