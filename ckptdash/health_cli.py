@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
 from ckptdash import control, health
 from ckptdash.alerting import ACTIONS, Watch, Webhook, parse_rules, thresholds_for
 from ckptdash.errors import CkptDashError
 from ckptdash.health import Thresholds, parse_assignments
+from ckptdash.resume import load_state
 from ckptdash.rundir import RunDir, find_runs
 from ckptdash.state import RunState
 
@@ -103,6 +105,10 @@ def _watch(args: argparse.Namespace) -> int:
 
 def _health(args: argparse.Namespace) -> int:
     (run,) = find_runs(args.run_dir)[:1]
+    if run.root != Path(args.run_dir):
+        raise CkptDashError(
+            f"{args.run_dir}: a folder of runs; pass one run directory, e.g. {run.root}"
+        )
     if args.set or args.unset:
         current = dict(control.read_settings(run).health)
         for name in args.unset:
@@ -116,8 +122,6 @@ def _health(args: argparse.Namespace) -> int:
     for name, value in vars(th).items():
         mark = "  (run setting)" if name in stored else ""
         print(f"{name:18} {value:g}{mark}")
-    from ckptdash.resume import load_state
-
     alerts = health.detect(load_state(run), th)
     print()
     if not alerts:
