@@ -16,7 +16,7 @@ import pytest
 
 from ckptdash import cli, control
 from ckptdash import events as ev
-from ckptdash.alerting import Watch, Webhook, parse_rules
+from ckptdash.alerting import Watch, Webhook, act, parse_rules
 from ckptdash.errors import CkptDashError
 from ckptdash.resume import load_state
 from ckptdash.rundir import RunDir
@@ -254,3 +254,23 @@ def test_watch_command_once_fires_to_exec_and_records(run_dir: RunDir, tmp_path:
     assert json.loads(out.read_text())["alert"] == "hung"
     assert [x.alert for x in load_state(run_dir).alert_log] == ["hung"]
     assert cli.main(["watch", str(run_dir.root), "--on", "stale=requeue"]) == 2
+
+
+@pytest.mark.parametrize(
+    ("state", "command", "ok"),
+    [
+        ("RUNNING", ["scontrol", "requeuehold", "77"], True),
+        ("PENDING", ["scontrol", "hold", "77"], True),
+        ("HELD", None, True),
+        ("COMPLETED", None, False),
+    ],
+)
+def test_hold_fits_the_jobs_state(state: str, command: list[str] | None, ok: bool) -> None:
+    """restart_storm=hold: a running attempt is requeued held, a pending job held, a held one
+    left alone, a finished one reported as not held (never an error)."""
+    slurm = FakeSlurm(state)
+    _, done, what = act("hold", "77", slurm)
+    assert done is ok, what
+    assert slurm.actions() == ([command] if command else [])
+    if state == "COMPLETED":
+        assert "COMPLETED" in what

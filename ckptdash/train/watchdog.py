@@ -41,8 +41,7 @@ class Pulser:
         self._writer = writer
         self.hung_after_s = hung_after_s
         self._clock = clock
-        self._first = step()
-        self._last_step = self._first
+        self._last_step = step()
         self._moved_at = clock()
         self._armed = False  # only once the main thread reached a step (start-up may be long)
         self.hung = False
