@@ -234,6 +234,18 @@ def _hung(state: Facts, a: AttemptInfo, th: Thresholds, now: float) -> Alert | N
     median = median_step_s(state.series.get(a.attempt, []))
     limit = max(th.hung_after_s, th.hung_step_factor * median if median else 0.0)
     least = min(stuck)  # the rank that moved most recently
+    # A checkpoint save has no steps: its start (and end) count as progress, so a long save is
+    # not taken for a hang (and requeued by `watch --on hung=requeue`) before it had
+    # `limit` seconds; a save that itself hangs for longer still is one.
+    saves = [
+        t
+        for c in state.checkpoints
+        if c.attempt == a.attempt
+        for t in (c.started_at, c.t)
+        if t is not None
+    ]
+    if saves:
+        least = min(least, max(0.0, now - max(saves)))
     if least < limit:
         return None
     detail = f"no rank advanced past step {step} for {least:.0f} s (limit {limit:.0f} s"

@@ -111,6 +111,17 @@ def test_hung_waits_for_k_times_the_median_step() -> None:
     assert "hung" in log.kinds(at=310)
 
 
+def test_a_long_save_is_not_a_hang_but_a_save_that_hangs_is() -> None:
+    """Steps stop at 30 because a save starts then: its start restarts the hung clock, so hung
+    waits for hung_after_s after the save began, not after the last step."""
+    log = two_ranks_training(30).add(
+        ev.CheckpointStarted, 30.5, step=30, path="c/big.ckpt", trigger="periodic"
+    )
+    log.pulses(31, 100, 30, rank=0).pulses(31, 100, 30, rank=1, host="n1")
+    assert "hung" not in log.kinds(at=85)  # 54.5 s into the save
+    assert log.alert("hung", at=100).since == pytest.approx(T0 + 30.5 + 60)
+
+
 def test_hung_and_stale_only_while_the_attempt_runs() -> None:
     """A finished attempt is neither hung nor stale, however old its last pulse."""
     log = two_ranks_training(30).end(31, reason="completed")
