@@ -9,6 +9,8 @@
     ckptdash resume RUN_DIR [--pin PATH|--clear]
     ckptdash demo                            a small real run with a preemption
     ckptdash serve PATH [--port N]           the live dashboard in a browser tab
+    ckptdash watch PATH [--on hung=requeue]  raise health alerts, notify, act (docs/health.md)
+    ckptdash health RUN_DIR [--set K=V]      alerts and health thresholds of a run
 
 Every user error is one line on stderr saying what is wrong and how to fix it,
 and exit status 2; never a traceback.
@@ -26,7 +28,7 @@ from typing import Any
 
 import msgspec
 
-from ckptdash import control, slurm_admin
+from ckptdash import control, health_cli, slurm_admin
 from ckptdash.errors import CkptDashError
 from ckptdash.resume import choose_resume, find_recorded, load_state
 from ckptdash.rundir import RunDir, find_runs
@@ -89,6 +91,7 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="do not ask SLURM for its view of the run's job (scontrol show job)",
     )
+    health_cli.add_threshold_options(s)
     s.set_defaults(func=_status)
 
     s = sub.add_parser(
@@ -215,6 +218,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--stale-after", type=float, default=120.0, help="seconds (%(default)s)")
     s.add_argument("--show", action="store_true", help="open a browser tab")
     s.set_defaults(func=_serve)
+    health_cli.add_commands(sub)
     return p
 
 
@@ -227,8 +231,9 @@ def _status(args: argparse.Namespace) -> int:
     views = [None] * len(states) if args.no_scheduler else scheduler_views(states)
     if args.json:
         dicts = []
-        for state, view in zip(states, views, strict=True):
+        for run, state, view in zip(runs, states, views, strict=True):
             d = state.to_dict()
+            d["alerts"] = health_cli.alerts_of(run, state, args)
             if view is not None:
                 d["scheduler"] = view
             dicts.append(d)
@@ -241,6 +246,8 @@ def _status(args: argparse.Namespace) -> int:
         if i:
             print()
         print(render_status(run, state, scheduler=view))
+        for alert in health_cli.alerts_of(run, state, args):
+            print(f"ALERT {alert['kind']}: {alert['detail']}")
     return 0
 
 
