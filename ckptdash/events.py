@@ -122,6 +122,9 @@ class CheckpointSaved(Event, frozen=True, tag="checkpoint_saved"):
     duration_s: NonNegFloat
     checksum: str = ""
     epoch: NonNegInt | None = None
+    blocking_s: NonNegFloat | None = None
+    """How long the save stalled training; absent: all of ``duration_s`` (a synchronous
+    save). An asynchronous save stalls only while it stages a copy in memory."""
 
 
 class CheckpointFailed(Event, frozen=True, tag="checkpoint_failed"):

@@ -10,17 +10,21 @@ with ckptdash.Monitor("runs/exp1", max_steps=1000) as monitor:
             monitor.save({"model": model.state_dict(), "step": step})
         if monitor.should_stop:
             break
+
+``monitor.save_async(state)`` saves in the background instead (see docs/async.md).
 """
 
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from ckptdash.events import CheckpointSaved, Trigger
 from ckptdash.resume import ResumeChoice
+from ckptdash.train.async_save import AsyncSaver, SaveHandle
 from ckptdash.train.config import TrainConfig
 from ckptdash.train.saving import META_KEY, save_atomic
 from ckptdash.train.scheduler import Scheduler
@@ -55,6 +59,7 @@ class Monitor:
         self._resume: ResumeChoice | None = None
         self._decision: Decision | None = None
         self._stop = False
+        self._saver: AsyncSaver | None = None
 
     # --- resume ------------------------------------------------------------------------------
 
@@ -114,6 +119,8 @@ class Monitor:
         directory. A dict ``state`` gets a ``ckptdash`` key with trigger,
         attempt, scheduler and job id. Only rank 0 writes unless ``all_ranks``.
         """
+        if self._saver is not None:
+            self._saver.wait()  # after the background saves: a path's newest save wins
         session = self.session
         decision = self._decision
         trig: Trigger = trigger or (decision.trigger if decision else "api")
@@ -142,12 +149,73 @@ class Monitor:
             self._stop = self._stop or decision.stop
         return saved
 
+    def save_async(
+        self,
+        state: Any,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        trigger: Trigger | None = None,
+        all_ranks: bool = False,
+    ) -> SaveHandle:
+        """Like :meth:`save`, but training stalls only while ``state`` is copied to memory.
+
+        Every tensor of ``state`` is copied into reused CPU buffers (pinned for CUDA
+        tensors) before this returns, so the loop may change its tensors right away; a
+        background thread then writes the copy as :meth:`save` would and records
+        ``checkpoint_saved`` with the stall as ``blocking_s``. At most
+        ``max_in_flight`` (1) saves are in flight: the next one waits for the previous.
+
+        A save ckptdash asked for (:attr:`should_save`: a signal, Save now, Stop after save)
+        is waited for here, so that commands are answered, the job requeued or stopped only
+        once it is durable. Leaving the ``with`` block (or :meth:`close`) waits for every
+        save in flight. The returned handle's ``result()`` raises if the save failed.
+
+        >>> handle = monitor.save_async({"model": model.state_dict()})  # doctest: +SKIP
+        """
+        session = self.session
+        decision = self._decision
+        trig: Trigger = trigger or (decision.trigger if decision else "api")
+        target = Path(path) if path else self.config.checkpoint_path / f"step={session.step}.ckpt"
+        if isinstance(state, dict):
+            state = {**state, META_KEY: session.metadata(trig)}
+        if self._saver is None:
+            self._saver = AsyncSaver(max_in_flight=self.config.async_in_flight)
+        handle = SaveHandle.finished(os.path.abspath(target), trig, session.step)
+        ours = decision is not None and (trigger is None or trigger == decision.trigger)
+        try:
+            if session.rank == 0 or all_ranks:
+                handle = self._saver.submit(
+                    session.writer if session.rank == 0 else None,
+                    state,
+                    target,
+                    trigger=trig,
+                    step=session.step,
+                    epoch=session.epoch,
+                )
+            saved = handle.result() if ours else None
+        except BaseException as exc:
+            if ours:
+                self._decision = None
+                session.save_failed(exc)
+            raise
+        if ours and decision is not None:
+            self._decision = None
+            session.after_save(saved, str(target))
+            self._stop = self._stop or decision.stop
+        return handle
+
+    def wait_saves(self, timeout: float | None = None) -> None:
+        """Wait until every :meth:`save_async` so far is durable (or failed: see its handle)."""
+        if self._saver is not None:
+            self._saver.wait(timeout)
+
     def stop(self) -> None:
         """Ask the loop to end (sets :attr:`should_stop`)."""
         self._stop = True
 
     def close(self, error: BaseException | None = None) -> None:
-        """Record how the attempt ended and restore the signal handlers."""
+        """Wait for the saves in flight, record how the attempt ended, restore the handlers."""
+        self._finish_saves()
         if error is not None and self.session.rank == 0:
             self.session.record_exception(error)
         self.session.close(error=error)
@@ -162,6 +230,19 @@ class Monitor:
         tb: TracebackType | None,
     ) -> None:
         if isinstance(exc, KeyboardInterrupt):
+            self._finish_saves()
             self.session.close(reason="interrupted")
         else:
             self.close(exc)
+
+    def _finish_saves(self) -> None:
+        # Before the attempt's end is recorded: a save still being written when the
+        # process exits would be lost, and the next attempt would resume from an older one.
+        if self._saver is not None:
+            self._saver.wait()
+            for failed in self._saver.take_failures():
+                warnings.warn(
+                    f"ckptdash: the background save of {failed.path} failed: {failed.error}",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
