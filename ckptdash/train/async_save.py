@@ -25,11 +25,13 @@ broken); a thread costs microseconds against a save's seconds.
 
 from __future__ import annotations
 
+import atexit
 import copy
 import os
 import threading
 import time
 import warnings
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -231,6 +233,7 @@ class AsyncSaver:
         self._handles: list[SaveHandle] = []  # submitted, not yet finished (oldest first)
         self._failed: list[SaveHandle] = []  # failed since the last wait()
         self._last_thread: threading.Thread | None = None
+        _SAVERS.add(self)
 
     # --- the caller's side ---------------------------------------------------------------
 
@@ -372,6 +375,18 @@ class AsyncSaver:
                 if error is not None:
                     self._failed.append(handle)
             handle._finish(saved, error)
+
+
+_SAVERS: weakref.WeakSet[AsyncSaver] = weakref.WeakSet()
+
+
+@atexit.register
+def _wait_at_exit() -> None:
+    # Persist threads are daemons (a hung filesystem must not hang the interpreter forever
+    # after an error), so a save still in flight when the program ends normally, e.g. a
+    # trainer.save_checkpoint() after fit(), would be cut off: wait for it here.
+    for saver in list(_SAVERS):
+        saver.wait()
 
 
 def _record_failure(writer: EventWriter, handle: SaveHandle, exc: BaseException) -> None:
