@@ -25,7 +25,9 @@ from timing import Row, table
 
 # Module names, imported only when chosen (and never again in the agreement's spawned ranks,
 # which re-import this file).
-BENCHMARKS = ("ingest", "step_overhead", "save_cost", "agreement", "dash_latency")
+BENCHMARKS = ("ingest", "step_overhead", "save_cost", "async_save", "agreement", "dash_latency")
+# Benchmarks that take --device (the others measure the CPU side only).
+ON_DEVICE = ("async_save",)
 OUT = Path(__file__).resolve().parent / "out"
 
 
@@ -39,6 +41,11 @@ def main(argv: list[str] | None = None) -> int:
         metavar="NAME",
         help=f"run only this benchmark (repeatable): {', '.join(BENCHMARKS)}",
     )
+    parser.add_argument(
+        "--device",
+        default="cpu",
+        help="where async_save puts its tensors: cpu (the default, what CI runs) or cuda",
+    )
     args = parser.parse_args(argv)
     chosen = args.only or list(BENCHMARKS)
     load_before = os.getloadavg()[0]
@@ -50,8 +57,9 @@ def main(argv: list[str] | None = None) -> int:
             start = time.perf_counter()
             print(f"running {name} …", file=sys.stderr, flush=True)
             try:
-                bench: Callable[[bool], list[Row]] = importlib.import_module(name).run
-                rows.extend(bench(args.quick))
+                bench: Callable[..., list[Row]] = importlib.import_module(name).run
+                extra = {"device": args.device} if name in ON_DEVICE else {}
+                rows.extend(bench(args.quick, **extra))
             except Exception as exc:  # one broken benchmark must not lose the others' figures
                 traceback.print_exc()
                 failed.append(name)

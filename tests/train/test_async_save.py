@@ -46,7 +46,11 @@ def test_the_file_holds_the_state_as_it_was_at_the_call(tmp_path: Path) -> None:
     torch.nn.init.constant_(model.weight, 1.0)
     state_dict = model.state_dict()
     bias = model.bias.detach().clone()
-    state = {"model": state_dict, "tied": [state_dict["weight"]], "notes": {"lr": [0.1]}}
+    state: dict[str, Any] = {
+        "model": state_dict,
+        "tied": [state_dict["weight"]],
+        "notes": {"lr": [0.1]},
+    }
     with _monitor(run) as monitor:
         monitor.step(7)
         handle = monitor.save_async(state)
