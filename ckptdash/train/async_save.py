@@ -234,7 +234,7 @@ class AsyncSaver:
         self._free: list[_StagingArea] = []
         self._areas: list[_StagingArea] = []
         self._handles: list[SaveHandle] = []  # submitted, not yet finished (oldest first)
-        self._failed: list[SaveHandle] = []  # failed since the last wait()
+        self._failed: list[SaveHandle] = []  # failed since the last take_failures()
         self._last_thread: threading.Thread | None = None
         _SAVERS.add(self)
 
@@ -283,7 +283,16 @@ class AsyncSaver:
                 daemon=True,
             )
             self._last_thread = thread
-        thread.start()
+        try:
+            thread.start()
+        except BaseException as exc:  # no thread to be had (a process limit): nothing written
+            with self._lock:
+                self._handles.remove(handle)
+                self._last_thread = previous
+            self._release(area)
+            if writer is not None:
+                _record_failure(writer, handle, exc)
+            raise
         return handle
 
     def in_flight(self) -> list[SaveHandle]:
@@ -368,8 +377,6 @@ class AsyncSaver:
                 began=began,
                 blocking_s=handle.blocking_s,
             )
-            if saved is not None and on_saved is not None:
-                on_saved(saved)
         except BaseException as exc:  # handed to the caller through the handle
             error = exc
         finally:
@@ -379,6 +386,15 @@ class AsyncSaver:
                 if error is not None:
                     self._failed.append(handle)
             handle._finish(saved, error)
+        if saved is not None and on_saved is not None:
+            try:
+                on_saved(saved)
+            except Exception as exc:  # the save is durable: a broken hook must not undo that
+                warnings.warn(
+                    f"ckptdash: on_checkpoint_saved raised for {handle.path}: {exc!r}",
+                    RuntimeWarning,
+                    stacklevel=1,
+                )
 
 
 def _yield_cpu() -> None:
