@@ -92,6 +92,11 @@ class RecordingCheckpointIO(CheckpointIO):
         trigger: Trigger = meta["trigger"]
         if self.saver is not None:
             _raise_failed(self.saver)  # like AsyncCheckpointIO: a failed save ends fit()
+        if self.saver is not None and self.callback._forced_trigger is not None:
+            # A save ckptdash decided is waited for before it answers or requeues: written
+            # directly (after the saves in flight), it is durable sooner than staged first.
+            self.saver.wait()
+        elif self.saver is not None:
             self.saver.submit(
                 self.session.writer,
                 checkpoint,

@@ -42,8 +42,9 @@ from ckptdash.rundir import atomic_write
 from ckptdash.train.saving import record_save, torch_writer
 from ckptdash.writer import EventWriter
 
-# The persist threads' niceness (see _yield_cpu): CFS gives them ~1/10 of a busy core.
-_NICE = 10
+# The persist threads' niceness (see _yield_cpu): against one busy training thread CFS gives
+# them about a quarter of a core (weights 335 : 1024); more would starve them on a busy node.
+_NICE = 5
 # Leaves that cannot change after the call: shared with the snapshot, never copied.
 _IMMUTABLE = (int, float, complex, str, bytes, bool, type(None), range, frozenset)
 
@@ -68,10 +69,15 @@ class SaveHandle:
         """True once :meth:`result` reported the outcome (a failure then counts as seen)."""
 
     @classmethod
-    def finished(cls, path: str, trigger: Trigger, step: int | None) -> SaveHandle:
-        """A handle for a save this process does not write (ranks other than 0)."""
+    def finished(
+        cls, path: str, trigger: Trigger, step: int | None, saved: CheckpointSaved | None = None
+    ) -> SaveHandle:
+        """A handle for a save that already ended: written synchronously (``saved``), or not
+        written by this process at all (ranks other than 0)."""
         handle = cls(path, trigger, step)
-        handle._finished.set()
+        if saved is not None:
+            handle.blocking_s = saved.duration_s
+        handle._finish(saved, None)
         return handle
 
     def done(self) -> bool:

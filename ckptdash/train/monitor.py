@@ -163,12 +163,13 @@ class Monitor:
         tensors) before this returns, so the loop may change its tensors right away; a
         background thread then writes the copy as :meth:`save` would and records
         ``checkpoint_saved`` with the stall as ``blocking_s``. At most
-        ``max_in_flight`` (1) saves are in flight: the next one waits for the previous.
+        ``TrainConfig.async_in_flight`` (1) saves are in flight: the next one waits.
 
         A save ckptdash asked for (:attr:`should_save`: a signal, Save now, Stop after save)
-        is waited for here, so that commands are answered, the job requeued or stopped only
-        once it is durable. Leaving the ``with`` block (or :meth:`close`) waits for every
-        save in flight. The returned handle's ``result()`` raises if the save failed.
+        is written right here, after the saves in flight, as :meth:`save` writes it:
+        commands are answered, the job requeued or stopped only once it is durable.
+        Leaving the ``with`` block (or :meth:`close`) waits for every save in flight.
+        The returned handle's ``result()`` raises if the save failed.
 
         >>> handle = monitor.save_async({"model": model.state_dict()})  # doctest: +SKIP
         """
@@ -176,33 +177,26 @@ class Monitor:
         decision = self._decision
         trig: Trigger = trigger or (decision.trigger if decision else "api")
         target = Path(path) if path else self.config.checkpoint_path / f"step={session.step}.ckpt"
+        if decision is not None and (trigger is None or trigger == decision.trigger):
+            # It must be durable before commands are answered, the job requeued or stopped:
+            # training waits for all of it either way, and writing directly is faster than
+            # staging a copy first (and its stall is recorded as the whole save).
+            saved = self.save(state, target, trigger=trigger, all_ranks=all_ranks)
+            return SaveHandle.finished(os.path.abspath(target), trig, session.step, saved)
         if isinstance(state, dict):
             state = {**state, META_KEY: session.metadata(trig)}
         if self._saver is None:
             self._saver = AsyncSaver(max_in_flight=self.config.async_in_flight)
-        handle = SaveHandle.finished(os.path.abspath(target), trig, session.step)
-        ours = decision is not None and (trigger is None or trigger == decision.trigger)
-        try:
-            if session.rank == 0 or all_ranks:
-                handle = self._saver.submit(
-                    session.writer if session.rank == 0 else None,
-                    state,
-                    target,
-                    trigger=trig,
-                    step=session.step,
-                    epoch=session.epoch,
-                )
-            saved = handle.result() if ours else None
-        except BaseException as exc:
-            if ours:
-                self._decision = None
-                session.save_failed(exc)
-            raise
-        if ours and decision is not None:
-            self._decision = None
-            session.after_save(saved, str(target))
-            self._stop = self._stop or decision.stop
-        return handle
+        if session.rank != 0 and not all_ranks:
+            return SaveHandle.finished(os.path.abspath(target), trig, session.step)
+        return self._saver.submit(
+            session.writer if session.rank == 0 else None,
+            state,
+            target,
+            trigger=trig,
+            step=session.step,
+            epoch=session.epoch,
+        )
 
     def wait_saves(self, timeout: float | None = None) -> None:
         """Wait until every :meth:`save_async` so far is durable (or failed: see its handle)."""

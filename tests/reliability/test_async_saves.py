@@ -35,7 +35,9 @@ def test_kill_9_during_background_persists_leaves_the_previous_checkpoint_the_re
     values the job wrote after the call); temp files are cleaned up by the next attempt."""
     seed = faults.seed_from_env()
     kills = scale(10, 60)
-    report = faults.kill_during_saves(tmp_path, kills=kills, seed=seed, log=print, async_save=True)
+    report = faults.kill_during_saves(
+        tmp_path, kills=kills, seed=seed, log=print, async_save=True, max_delay_s=1.5
+    )
     figures("kill -9 during background persists", report.summary())
     assert report.problems == [], f"seed {seed}:\n" + "\n".join(report.problems)
     assert report.kills == kills
