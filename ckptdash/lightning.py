@@ -90,13 +90,13 @@ class RecordingCheckpointIO(CheckpointIO):
             return
         meta = _stamp(self.session, self.callback, checkpoint)
         trigger: Trigger = meta["trigger"]
-        if self.saver is not None:
-            _raise_failed(self.saver)  # like AsyncCheckpointIO: a failed save ends fit()
         if self.saver is not None and self.callback._forced_trigger is not None:
             # A save ckptdash decided is waited for before it answers or requeues: written
             # directly (after the saves in flight), it is durable sooner than staged first.
+            # An earlier background failure must not stop it (a preemption is coming).
             self.saver.wait()
         elif self.saver is not None:
+            _raise_failed(self.saver)  # like AsyncCheckpointIO: a failed save ends fit()
             self.saver.submit(
                 self.session.writer,
                 checkpoint,
@@ -190,10 +190,10 @@ def _raise_failed(saver: AsyncSaver) -> None:
 
 
 def _flush_async(io: Any) -> None:
-    """Wait for the saves an AsyncCheckpointIO queued; re-raise a failed one."""
+    """Wait for the saves an AsyncCheckpointIO queued (re-raise a failed one), or ckptdash's
+    own background saves (their failures are events; the next save raises them)."""
     if isinstance(io, RecordingCheckpointIO) and io.saver is not None:
         io.saver.wait()
-        _raise_failed(io.saver)
     if not isinstance(io, _TaggingCheckpointIO):
         return
     inner = io.inner
