@@ -447,6 +447,9 @@ class CkptDashCallback(pl.Callback):
             self.session.step = trainer.global_step
             if self.session.rank == 0:
                 self.session.record_exception(exception)
+        io = trainer.strategy.checkpoint_io
+        if isinstance(io, RecordingCheckpointIO) and io.saver is not None:
+            io.saver.wait()  # Lightning skips callbacks' teardown after an exception
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
         self._stop_timed_checks()

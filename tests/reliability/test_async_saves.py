@@ -88,3 +88,46 @@ def test_disk_full_in_the_background_surfaces_in_result_and_as_checkpoint_failed
     saved = faults.Replay.of(run).of_kind(CheckpointSaved)
     assert [s.step for s in saved] == [1, 4] and all(s.blocking_s is not None for s in saved)
     assert resume_path(run) == str(folder / "step=4.ckpt")
+
+
+def test_lightning_background_save_on_a_full_disk_ends_fit_at_the_next_save(
+    small_disk: Any,
+) -> None:
+    """CkptDashCallback(async_save=True) with ModelCheckpoint writing to a 128 KiB disk: the
+    first 256 KiB checkpoint fails in the background (checkpoint_failed, ENOSPC, no temp file
+    left) and the next save raises that error out of fit(), as Lightning's own
+    AsyncCheckpointIO does, and the exception is recorded."""
+    lightning = pytest.importorskip("lightning.pytorch")
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    from ckptdash.lightning import CkptDashCallback
+    from tests.train.test_lightning import trainer
+
+    class Wide(lightning.LightningModule):  # type: ignore[misc,name-defined]
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(256, 256)
+
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            return self.layer(batch[0]).pow(2).mean()  # type: ignore[no-any-return]
+
+        def train_dataloader(self) -> Any:
+            data = torch.utils.data.TensorDataset(torch.randn(64, 256))
+            return torch.utils.data.DataLoader(data, batch_size=4)
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    disk = small_disk(128)
+    run = disk.parent / "run"
+    cb = CkptDashCallback(run, async_save=True)
+    mc = ModelCheckpoint(dirpath=disk, every_n_train_steps=2, save_top_k=-1)
+    with pytest.raises(AtomicWriteError) as full:
+        trainer(run, 12, [cb, mc]).fit(Wide())
+    assert full.value.errno == errno.ENOSPC
+    replay = faults.Replay.of(run)
+    (failed,) = replay.of_kind(CheckpointFailed)
+    assert failed.step == 2 and "No space left on device" in failed.error
+    assert not replay.of_kind(CheckpointSaved) and not faults.temp_files(disk)
+    (exception,) = replay.state.exceptions
+    assert exception.error_type == "AtomicWriteError"
