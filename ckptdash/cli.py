@@ -1,6 +1,7 @@
 """``ckptdash`` on the command line: status, the controls, the demo.
 
     ckptdash status RUN_DIR [--json]        the run state (a folder of runs works too)
+    ckptdash goodput RUN_DIR [--json]       where the time went: goodput, badput by cause
     ckptdash save RUN_DIR                    Save now (a command to the running job)
     ckptdash stop RUN_DIR --yes              Stop after save
     ckptdash requeue RUN_DIR --suspend|--resume   (mirrored onto the SLURM job when SLURM is here)
@@ -8,6 +9,8 @@
     ckptdash resume RUN_DIR [--pin PATH|--clear]
     ckptdash demo                            a small real run with a preemption
     ckptdash serve PATH [--port N]           the live dashboard in a browser tab
+    ckptdash watch PATH [--on hung=requeue]  raise health alerts, notify, act (docs/health.md)
+    ckptdash health RUN_DIR [--set K=V]      alerts and health thresholds of a run
 
 Every user error is one line on stderr saying what is wrong and how to fix it,
 and exit status 2; never a traceback.
@@ -25,17 +28,25 @@ from typing import Any
 
 import msgspec
 
-from ckptdash import control, slurm_admin
+from ckptdash import control, health_cli, slurm_admin
 from ckptdash.errors import CkptDashError
 from ckptdash.resume import choose_resume, find_recorded, load_state
 from ckptdash.rundir import RunDir, find_runs
 from ckptdash.state import RunState
+from ckptdash.terminal import printable_output
 
 EXIT_USAGE = 2
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``ckptdash`` command; returns the exit status."""
+    # Event text from the run directory is printed below: one filter keeps terminal control
+    # characters in it from reaching the terminal (see ckptdash/terminal.py).
+    with printable_output():
+        return _main(argv)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     if not hasattr(args, "func"):
@@ -80,7 +91,15 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="do not ask SLURM for its view of the run's job (scontrol show job)",
     )
+    health_cli.add_threshold_options(s)
     s.set_defaults(func=_status)
+
+    s = sub.add_parser(
+        "goodput", help="where a run's time went: goodput and badput by cause (docs/goodput.md)"
+    )
+    s.add_argument("path", help="a run directory, or a folder of run directories")
+    s.add_argument("--json", action="store_true", help="machine-readable output")
+    s.set_defaults(func=_goodput)
 
     s = sub.add_parser("save", help="ask the running job to save a checkpoint now")
     s.add_argument("run_dir")
@@ -162,11 +181,34 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--allow-remote",
         action="store_true",
-        help="allow a non-loopback --address (anyone reaching it can stop the job: add auth)",
+        help="allow a non-loopback --address (anyone reaching it can try: add TLS)",
     )
     s.add_argument(
-        "--basic-auth", metavar="PASSWORD_OR_FILE", help="ask for a password (Panel's basic auth)"
+        "--basic-auth",
+        metavar="FILE",
+        help="also ask for a password (Panel's login page), read from FILE (chmod 600): one"
+        ' password, or {"user": "password", ...}; or set $CKPTDASH_BASIC_AUTH',
     )
+    s.add_argument(
+        "--token-file",
+        metavar="FILE",
+        help="the URL's token, from FILE (chmod 600) or $CKPTDASH_TOKEN (default: a new random"
+        " token at each start)",
+    )
+    s.add_argument(
+        "--no-auth",
+        action="store_true",
+        help="ask no token (every user who reaches the port can stop the job; warns at start)",
+    )
+    s.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="another Host name the browser uses (a proxy); others get 403 (repeatable)",
+    )
+    s.add_argument("--certfile", metavar="PEM", help="serve https: the TLS certificate")
+    s.add_argument("--keyfile", metavar="PEM", help="serve https: the certificate's private key")
     s.add_argument(
         "--origin", action="append", default=[], metavar="HOST:PORT", help="more page origins"
     )
@@ -176,6 +218,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--stale-after", type=float, default=120.0, help="seconds (%(default)s)")
     s.add_argument("--show", action="store_true", help="open a browser tab")
     s.set_defaults(func=_serve)
+    health_cli.add_commands(sub)
     return p
 
 
@@ -188,8 +231,9 @@ def _status(args: argparse.Namespace) -> int:
     views = [None] * len(states) if args.no_scheduler else scheduler_views(states)
     if args.json:
         dicts = []
-        for state, view in zip(states, views, strict=True):
+        for run, state, view in zip(runs, states, views, strict=True):
             d = state.to_dict()
+            d["alerts"] = health_cli.alerts_of(run, state, args)
             if view is not None:
                 d["scheduler"] = view
             dicts.append(d)
@@ -202,6 +246,24 @@ def _status(args: argparse.Namespace) -> int:
         if i:
             print()
         print(render_status(run, state, scheduler=view))
+        for alert in health_cli.alerts_of(run, state, args):
+            print(f"ALERT {alert['kind']}: {alert['detail']}")
+    return 0
+
+
+def _goodput(args: argparse.Namespace) -> int:
+    from ckptdash.badput import of_state, render
+
+    runs = find_runs(args.path)
+    now = time.time()
+    results = [of_state(load_state(run), now) for run in runs]
+    if args.json:
+        dicts = [g.to_dict() for g in results]
+        single = len(runs) == 1 and runs[0].root == Path(args.path)
+        out: Any = dicts[0] if single else {"runs": dicts}
+        sys.stdout.write(msgspec.json.format(msgspec.json.encode(out), indent=2).decode() + "\n")
+        return 0
+    print("\n\n".join(render(g) for g in results))
     return 0
 
 
@@ -322,6 +384,11 @@ def render_status(
     for r in state.requeues:
         what = f"issued: {r.command}" if r.issued else f"skipped: {r.reason}"
         lines.append(f"requeue attempt {r.attempt} {what}")
+    for an in state.anomalies:
+        pinned = f", pinned {an.pinned}" if an.pinned else ""
+        lines.append(
+            f"anomaly attempt {an.attempt} step {_opt(an.step)}: {an.reason} ({an.action}{pinned})"
+        )
     for c in sorted(state.commands.values(), key=lambda c: c.issued_at or 0):
         extra = c.detail or c.reason or c.error
         lines.append(
@@ -478,19 +545,35 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from ckptdash.dash import access
     from ckptdash.dash.app import DashOptions, ServeOptions, serve
 
     if args.poll and args.inotify:
         raise CkptDashError("--poll and --inotify: choose one (or neither: detected per mount)")
+    if args.no_auth and args.token_file:
+        raise CkptDashError("--no-auth and --token-file: choose one")
+    # Secrets come from files only their owner can read, or the environment: never argv.
+    if args.keyfile:
+        access.read_secret_file(args.keyfile, "--keyfile")  # refused if others can read it
+    env_token, env_password = access.environment_secrets()
+    token = access.read_secret_file(args.token_file, "--token-file") if args.token_file else None
+    password: str | None = env_password
+    if args.basic_auth:
+        password = access.read_secret_file(args.basic_auth, "--basic-auth")
     serve(
         args.path,
         ServeOptions(
             address=args.address,
             port=args.port,
             allow_remote=args.allow_remote,
-            basic_auth=args.basic_auth,
+            basic_auth=None if password is None else access.basic_auth_secret(password),
             origins=tuple(args.origin),
             show=args.show,
+            token=token or env_token,
+            no_auth=args.no_auth,
+            allow_hosts=tuple(args.allow_host),
+            certfile=args.certfile,
+            keyfile=args.keyfile,
         ),
         DashOptions(
             watch="poll" if args.poll else "inotify" if args.inotify else "auto",

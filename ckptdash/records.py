@@ -160,3 +160,81 @@ class BadLines:
 
     counts: dict[str, int] = field(default_factory=dict)
     samples: list[BadLine] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class AttemptTimes:
+    """The times of one attempt that badput needs beyond :class:`AttemptInfo`
+    (see :mod:`ckptdash.badput` and docs/goodput.md). Times are Unix seconds."""
+
+    attempt: int
+    first_t: float | None
+    """Its earliest event of any kind and rank (its start when it wrote no ``run_started``)."""
+    first_step_t: float | None
+    """The first training step it reported: its earliest heartbeat of any rank, or the start
+    (``t − duration_s``) of its first save when that came earlier (a save is work done)."""
+    saving_s: float
+    """Blocking time of its saves: per rank the sum over its ``checkpoint_saved`` events of
+    ``blocking_s`` (else ``duration_s``); the attempt's is the largest rank's."""
+    saves: int
+    """How many ``checkpoint_saved`` events that largest rank wrote."""
+    last_save_t: float | None
+    """Its latest ``checkpoint_saved`` (any rank): its last durable checkpoint."""
+
+
+@dataclass(frozen=True)
+class MetricPoint:
+    """One rank-0 heartbeat's metrics, kept for the metrics plot (see ``RunState.metrics``)."""
+
+    step: int
+    t: float
+    attempt: int
+    metrics: dict[str, float]
+
+
+@dataclass
+class AnomalyInfo:
+    """A metric that went bad (an ``anomaly`` event) and what the job did about it."""
+
+    t: float
+    attempt: int
+    step: int | None
+    metric: str
+    value: float | None
+    reason: str
+    action: str
+    pinned: str | None
+
+
+@dataclass
+class RankInfo:
+    """One rank of one attempt, from its pulses (and its other events).
+
+    ``last_seen`` is the time of its latest event of any kind (its own host's clock);
+    ``step_since`` the earliest time it was seen at ``step``: how long it has been stuck
+    there is ``last_seen - step_since`` on its own clock, whatever the other hosts' clocks say.
+    """
+
+    rank: int
+    host: str
+    last_seen: float | None
+    step: int | None
+    step_since: float | None
+    pulses: bool
+
+
+@dataclass
+class AlertRecord:
+    """An ``alert_raised`` / ``alert_cleared`` / ``action_taken`` event, as the log has it."""
+
+    t: float
+    event: str
+    alert: str
+    attempt: int
+    source: str
+    who: str
+    detail: str = ""
+    since: float | None = None
+    action: str = ""
+    command: str = ""
+    ok: bool | None = None

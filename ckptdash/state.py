@@ -31,14 +31,19 @@ from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias, cast
 import msgspec
 
 from ckptdash import events as ev_
-from ckptdash.events import BadLine, Event, Heartbeat
+from ckptdash.events import BadLine, Event, Heartbeat, Pulse
 from ckptdash.records import (
+    AlertRecord,
+    AnomalyInfo,
     AttemptInfo,
+    AttemptTimes,
     BadLines,
     CheckpointInfo,
     CommandInfo,
     ExceptionInfo,
+    MetricPoint,
     Progress,
+    RankInfo,
     RequeueInfo,
     SignalInfo,
 )
@@ -51,7 +56,8 @@ SERIES_POINTS: Final = 2048
 
 A point is the earliest rank-0 heartbeat in its time bucket; buckets start at
 1 s and double in width whenever an attempt would hold more points than this.
-The result depends only on the set of heartbeats, not on their order.
+The result depends only on the set of heartbeats, not on their order. The kept
+heartbeats' metrics are the metrics plot's points (:meth:`RunState.metrics`).
 """
 
 BAD_LINE_SAMPLES: Final = 20
@@ -70,30 +76,39 @@ def _key(event: Event) -> Key:
 # --- accumulators (private; order-independent by construction) --------------------------------
 
 
+_NO_METRICS: Final = msgspec.Raw(b"{}")
+
+
 class _Series:
-    """Earliest (t, step) per time bucket; the bucket width doubles to stay under a cap."""
+    """Earliest (t, step) per time bucket, with its heartbeat's metrics; the bucket width
+    doubles to stay under a cap. The metrics are copied: a heartbeat read from a file is a view
+    into the whole buffer it was decoded from, which would stay in memory with it."""
 
     __slots__ = ("buckets", "hi", "lo", "min_t", "width")
 
     def __init__(self) -> None:
         self.width = 1.0
-        self.buckets: dict[float, tuple[float, int]] = {}
+        self.buckets: dict[float, tuple[float, int, msgspec.Raw]] = {}
         # The bucket the last point fell in: a heartbeat later than its minimum changes nothing.
         self.lo = self.hi = self.min_t = 0.0
 
-    def add(self, t: float, step: int | None) -> None:
+    def add(self, t: float, step: int | None, metrics: msgspec.Raw) -> None:
         if step is None:
             return
         b = t // self.width
         old = self.buckets.get(b)
-        if old is None or (t, step) < old:
-            self.buckets[b] = (t, step)
+        if (
+            old is None
+            or (t, step) < old[:2]
+            or ((t, step) == old[:2] and bytes(metrics) > bytes(old[2]))  # order-independent
+        ):
+            self.buckets[b] = (t, step, metrics.copy())
             while len(self.buckets) > SERIES_POINTS:
                 self.width *= 2  # powers of two: bucket floor(t/2w) is the union of two old ones
-                merged: dict[float, tuple[float, int]] = {}
+                merged: dict[float, tuple[float, int, msgspec.Raw]] = {}
                 for point in self.buckets.values():
                     nb = point[0] // self.width
-                    if nb not in merged or point < merged[nb]:
+                    if nb not in merged or point[:2] < merged[nb][:2]:
                         merged[nb] = point
                 self.buckets = merged
             b = t // self.width
@@ -101,13 +116,30 @@ class _Series:
         self.min_t = self.buckets[b][0]
 
     def points(self) -> list[tuple[float, int]]:
-        return sorted(self.buckets.values())
+        return sorted(p[:2] for p in self.buckets.values())
+
+    def heartbeats(self) -> list[tuple[float, int, msgspec.Raw]]:
+        return sorted(self.buckets.values(), key=lambda p: p[:2])
 
 
 class _Stream:
     """Per (attempt, rank): its latest heartbeat and a summary of its other events."""
 
-    __slots__ = ("hb", "hb_t", "last_t", "max_step", "series")
+    __slots__ = (
+        "first_hb_t",
+        "first_save_t",
+        "first_t",
+        "hb",
+        "hb_t",
+        "host",
+        "last_save_t",
+        "last_t",
+        "max_step",
+        "pulse_step",
+        "save_s",
+        "series",
+        "step_t",
+    )
 
     def __init__(self, series: _Series | None) -> None:
         self.hb: Heartbeat | None = None
@@ -115,6 +147,26 @@ class _Stream:
         self.last_t = _NEG_INF
         self.max_step = -1
         self.series = series
+        # For badput (ckptdash.badput): first events, and the blocking time of each save.
+        self.first_hb_t = self.first_t = self.first_save_t = math.inf
+        self.save_s: list[float] = []
+        self.last_save_t = _NEG_INF
+        self.host = ""
+        # Pulses: the highest step seen and the earliest time it was seen (order-independent).
+        self.pulse_step = -1
+        self.step_t = math.inf
+
+    def pulse(self, ev: Pulse) -> None:
+        t, step = ev.t, -1 if ev.step is None else ev.step
+        if t > self.last_t:
+            self.last_t = t
+            self.host = ev.host
+        if step > self.pulse_step:
+            self.pulse_step, self.step_t = step, t
+        elif step == self.pulse_step and t < self.step_t:
+            self.step_t = t
+        if step > self.max_step:
+            self.max_step = step
 
     def tie(self, hb: Heartbeat) -> None:
         """Two heartbeats at one time: keep the greater bytes, whichever came first."""
@@ -123,13 +175,17 @@ class _Stream:
 
 
 class _Attempt:
-    __slots__ = ("end", "info", "resume", "series", "start", "streams")
+    __slots__ = ("end", "info", "pulses", "resume", "series", "start", "streams")
 
     def __init__(self, attempt: int) -> None:
         self.info = AttemptInfo(attempt)
         self.streams: dict[int, _Stream] = {}
         self.series = _Series()
-        # Chosen among ranks by (rank, t): rank 0's word wins; the earliest start, the last end.
+        # Rank 0's pulses, thinned apart from the heartbeats: a pulse has no metrics, and in
+        # one series its 1 Hz points would push the heartbeats' metrics out of every bucket.
+        self.pulses = _Series()
+        # Chosen among ranks by (rank, t): rank 0's word wins; the earliest start, the last end
+        # (but the first run_failed of any rank, see _on_run_ended).
         self.start: tuple[tuple[int, Key], ev_.RunStarted] | None = None
         self.resume: tuple[tuple[int, Key], ev_.RunResumed] | None = None
         self.end: tuple[tuple[int, float, Key], ev_.RunFinished | ev_.RunFailed] | None = None
@@ -167,6 +223,10 @@ _CKPT_SLOT: Final = {
     "checkpoint_invalid": "gone",
 }
 _COMMAND_OUTCOMES: Final = {"command_applied", "command_rejected", "command_expired"}
+_ALERT_KINDS: Final = frozenset({"alert_raised", "alert_cleared", "action_taken"})
+SAVE_OUTCOMES: Final = 16
+SaveOutcome: TypeAlias = tuple[float, bool, int, str]
+"""One save's outcome: (t, saved?, attempt, error of a failed save)."""
 
 
 # --- the state ---------------------------------------------------------------------------------
@@ -189,6 +249,7 @@ class RunState:
         self.signals: list[SignalInfo] = []
         self.requeues: list[RequeueInfo] = []
         self.exceptions: list[ExceptionInfo] = []
+        self.anomalies: list[AnomalyInfo] = []
         self.commands: dict[str, CommandInfo] = {}
         self.progress: Progress | None = None
         self.bad_lines = BadLines()
@@ -209,6 +270,13 @@ class RunState:
         self._dirty_commands: set[str] = set()
         self._lists_dirty = False
         self._bad_heap: list[tuple[str, int, str, str]] = []
+        self._decoded: dict[int, tuple[msgspec.Raw, MetricPoint]] = {}
+        self.alert_log: list[AlertRecord] = []
+        """Alerts raised and cleared, and actions taken (``ckptdash watch``, the job's watchdog)."""
+        # The latest pulse, keyed like ``_best_hb``: the 1 Hz progress the views show.
+        self._best_pulse: tuple[tuple[bool, float, int, int], Pulse] | None = None
+        # The latest save outcomes by event key (True: saved), for ``checkpoint_failures``.
+        self._save_outcomes: list[tuple[Key, SaveOutcome]] = []
 
     # --- input -------------------------------------------------------------------------------
 
@@ -239,12 +307,56 @@ class RunState:
 
     @property
     def series(self) -> dict[int, list[tuple[float, int]]]:
-        """Per attempt, the thinned (t, step) points of its rank-0 heartbeats."""
+        """Per attempt, the thinned (t, step) points of its rank-0 heartbeats and pulses."""
         out = {}
         for n in sorted(self._attempts):
-            points = self._attempts[n].series.points()
+            a = self._attempts[n]
+            points = sorted(a.series.points() + a.pulses.points())
             if points:
                 out[n] = points
+        return out
+
+    def attempt_times(self) -> dict[int, AttemptTimes]:
+        """Per attempt, the times that badput needs (:class:`~ckptdash.records.AttemptTimes`)."""
+        out = {}
+        for n in sorted(self._attempts):
+            a = self._attempts[n]
+            first = min((min(s.first_t, s.first_hb_t) for s in a.streams.values()), default=0.0)
+            # The first step: its first heartbeat, or its first save's start if that came first.
+            first_hb = min(
+                (min(s.first_hb_t, s.first_save_t) for s in a.streams.values()), default=math.inf
+            )
+            # fsum: exact, so the total does not depend on the order the saves arrived in.
+            per_rank = [(math.fsum(s.save_s), len(s.save_s)) for s in a.streams.values()]
+            saving, saves = max(per_rank, default=(0.0, 0))
+            last_save = max((s.last_save_t for s in a.streams.values()), default=_NEG_INF)
+            out[n] = AttemptTimes(
+                attempt=n,
+                first_t=None if math.isinf(first) else first,
+                first_step_t=None if math.isinf(first_hb) else first_hb,
+                saving_s=saving,
+                saves=saves,
+                last_save_t=None if last_save == _NEG_INF else last_save,
+            )
+        return out
+
+    def metrics(self) -> dict[int, list[MetricPoint]]:
+        """Per attempt, the metrics of the heartbeats kept in :attr:`series` (thinned as
+        :data:`SERIES_POINTS` says), by time. A heartbeat is decoded once, on the first call
+        that sees it; later calls decode only new points."""
+        out = {}
+        cache, fresh = self._decoded, {}
+        for n in sorted(self._attempts):
+            points = []
+            for t, step, raw in self._attempts[n].series.heartbeats():
+                hit = cache.get(id(raw))
+                if hit is None or hit[0] is not raw:
+                    hit = (raw, MetricPoint(step, t, n, ev_.decode_metrics(raw)))
+                fresh[id(raw)] = hit
+                points.append(hit[1])
+            if points:
+                out[n] = points
+        self._decoded = fresh  # only what is still kept
         return out
 
     def valid_checkpoints(self) -> list[CheckpointInfo]:
@@ -271,13 +383,49 @@ class RunState:
             "signals": [asdict(x) for x in self.signals],
             "requeues": [asdict(x) for x in self.requeues],
             "exceptions": [asdict(x) for x in self.exceptions],
+            "anomalies": [asdict(x) for x in self.anomalies],
             "commands": {i: asdict(self.commands[i]) for i in sorted(self.commands)},
+            "ranks": {
+                str(n): [asdict(r) for r in self.rank_info(n)] for n in sorted(self._attempts)
+            },
+            "alert_log": [asdict(x) for x in self.alert_log],
         }
+
+    def rank_info(self, attempt: int) -> list[RankInfo]:
+        """Every rank of ``attempt`` that wrote anything, by rank: host, last seen, step."""
+        a = self._attempts.get(attempt)
+        if a is None:
+            return []
+        out = []
+        for rank in sorted(a.streams):
+            s = a.streams[rank]
+            last = max(s.last_t, s.hb_t)
+            step = max(s.max_step, _opt(None if s.hb is None else s.hb.step))
+            host = s.host or (s.hb.host if s.hb is not None else "")
+            if not host and rank == 0 and a.start is not None:
+                host = a.start[1].host
+            out.append(
+                RankInfo(
+                    rank,
+                    host,
+                    None if last == _NEG_INF else last,
+                    None if step < 0 else step,
+                    None if s.step_t == math.inf else s.step_t,
+                    s.step_t != math.inf,
+                )
+            )
+        return out
+
+    def save_outcomes(self) -> list[SaveOutcome]:
+        """The latest save outcomes, oldest first: (t, saved?, attempt, error); at most 16."""
+        return [out for _, out in sorted(self._save_outcomes)]
 
     # --- the hot path ------------------------------------------------------------------------
 
     def _apply_events(self, events: Iterable[Event]) -> None:
         hb_cls = Heartbeat
+        pulse_cls = Pulse
+        n_pulse = 0
         other = self._apply_other
         attempt = rank = -1
         s = _Stream(None)
@@ -296,10 +444,18 @@ class RunState:
                     s.hb = ev
                 elif t == s.hb_t:
                     s.tie(ev)
+                if t < s.first_hb_t:
+                    s.first_hb_t = t
                 if series is not None and not (series.lo <= t < series.hi and t > series.min_t):
-                    series.add(t, ev.step)
+                    series.add(t, ev.step, ev.metrics)
+            elif type(ev) is pulse_cls:
+                n_pulse += 1
+                self._apply_pulse(ev)
             else:
                 other(ev)
+        if n_pulse:
+            self.event_counts["pulse"] = self.event_counts.get("pulse", 0) + n_pulse
+            self.events_total += n_pulse
         if n_hb:
             self.event_counts["heartbeat"] = self.event_counts.get("heartbeat", 0) + n_hb
             self.events_total += n_hb
@@ -314,14 +470,39 @@ class RunState:
             s = a.streams[rank] = _Stream(a.series if rank == 0 else None)
         return s
 
+    def _apply_pulse(self, ev: Pulse) -> None:
+        s = self._stream(ev.attempt, ev.rank)
+        s.pulse(ev)
+        t = ev.t
+        if ev.rank == 0:
+            series = self._attempts[ev.attempt].pulses
+            if not (series.lo <= t < series.hi and t > series.min_t):
+                series.add(t, ev.step, _NO_METRICS)
+        key = (ev.rank == 0, t, -ev.rank, ev.attempt)
+        best = self._best_pulse
+        if best is None or key > best[0] or (key == best[0] and _encode(ev) > _encode(best[1])):
+            self._best_pulse = (key, ev)
+            self._progress_dirty = True
+
     # --- everything else ---------------------------------------------------------------------
 
     def _apply_other(self, ev: Event) -> None:
         kind = ev.KIND
         self.event_counts[kind] = self.event_counts.get(kind, 0) + 1
         self.events_total += 1
+        if kind in _ALERT_KINDS:
+            # Written by watchers too: never a sign of life or progress of the attempt.
+            self._on_alert(ev)
+            return
         s = self._stream(ev.attempt, ev.rank)
         s.last_t = max(s.last_t, ev.t)
+        s.first_t = min(s.first_t, ev.t)
+        if kind == "checkpoint_saved":
+            sv = cast("ev_.CheckpointSaved", ev)
+            # An asynchronous save stalls training for less than it takes to be durable.
+            s.save_s.append(sv.duration_s if sv.blocking_s is None else sv.blocking_s)
+            s.first_save_t = min(s.first_save_t, ev.t - sv.duration_s)
+            s.last_save_t = max(s.last_save_t, ev.t)
         k = _key(ev)
         if ev.step is not None:
             s.max_step = max(s.max_step, ev.step)
@@ -345,7 +526,9 @@ class RunState:
 
     def _on_run_ended(self, ev: ev_.RunFinished | ev_.RunFailed, k: Key) -> None:
         a = self._attempts[ev.attempt]
-        pref = (ev.rank, -ev.t, k)
+        # A failure on any rank fails the attempt, and the first one is its cause (the other
+        # ranks' errors are then often "connection closed by peer"); else rank 0's last end.
+        pref = (-1, ev.t, k) if isinstance(ev, ev_.RunFailed) else (ev.rank, -ev.t, k)
         if a.end is None or pref < a.end[0]:
             a.end = (pref, ev)
 
@@ -358,6 +541,14 @@ class RunState:
         old = c.latest.get(slot)
         if old is None or k > old[0]:
             c.latest[slot] = (k, ev)
+        if slot in ("saved", "failed"):
+            outcomes = self._save_outcomes
+            error = ev.error if isinstance(ev, ev_.CheckpointFailed) else ""
+            item = (k, (ev.t, slot == "saved", ev.attempt, error))
+            if len(outcomes) < SAVE_OUTCOMES:
+                heapq.heappush(outcomes, item)
+            else:
+                heapq.heappushpop(outcomes, item)  # keeps the latest
         if slot == "saved":
             c.saves += 1
             if c.saves > 1:
@@ -365,6 +556,19 @@ class RunState:
         elif slot == "started":
             bisect.insort(c.starts, ev.t)
         self._dirty_checkpoints.add(path)
+
+    def _on_alert(self, ev: Event) -> None:
+        if isinstance(ev, ev_.AlertRaised):
+            rec = AlertRecord(ev.t, ev.KIND, ev.alert, ev.attempt, ev.source, ev.who, ev.detail)
+            rec.since = ev.since
+        elif isinstance(ev, ev_.AlertCleared):
+            rec = AlertRecord(ev.t, ev.KIND, ev.alert, ev.attempt, ev.source, ev.who, ev.detail)
+        else:
+            assert isinstance(ev, ev_.ActionTaken)
+            rec = AlertRecord(ev.t, ev.KIND, ev.alert, ev.attempt, ev.source, ev.who, ev.result)
+            rec.action, rec.command, rec.ok = ev.action, ev.command, ev.ok
+        self.alert_log.append(rec)
+        self._lists_dirty = True
 
     def _on_signal(self, ev: ev_.SignalReceived, k: Key) -> None:
         self.signals.append(SignalInfo(ev.t, ev.attempt, ev.rank, ev.step, ev.signal, ev.action))
@@ -382,6 +586,14 @@ class RunState:
         self.exceptions.append(
             ExceptionInfo(
                 ev.t, ev.attempt, ev.rank, ev.step, ev.error_type, ev.message, ev.traceback
+            )
+        )
+        self._lists_dirty = True
+
+    def _on_anomaly(self, ev: ev_.AnomalyDetected, k: Key) -> None:
+        self.anomalies.append(
+            AnomalyInfo(
+                ev.t, ev.attempt, ev.step, ev.metric, ev.value, ev.reason, ev.action, ev.pinned
             )
         )
         self._lists_dirty = True
@@ -449,6 +661,8 @@ class RunState:
             self.signals.sort(key=_signal_key)
             self.requeues.sort(key=_requeue_key)
             self.exceptions.sort(key=_exception_key)
+            self.anomalies.sort(key=lambda x: (x.t, x.attempt, repr(x)))
+            self.alert_log.sort(key=_alert_key)
             self._lists_dirty = False
         if not self._run_id_given:
             self.run_id = self._derive_run_id()
@@ -478,7 +692,9 @@ class RunState:
             if isinstance(end, ev_.RunFailed):
                 info.outcome, info.end_reason = "failed", end.error
             else:
-                info.outcome = "finished" if end.reason == "completed" else "stopped"
+                # "completed: <why>" (e.g. early stopping) is a finished run that says why.
+                done = end.reason == "completed" or end.reason.startswith("completed:")
+                info.outcome = "finished" if done else "stopped"
                 info.end_reason = end.reason
         else:
             info.outcome = "lost" if n < newest else "running"
@@ -515,22 +731,33 @@ class RunState:
         hb = None if self._best_hb is None else self._best_hb[1]
         other = self._best_other
         if hb is None:
-            if other is None:
+            if other is None and self._best_pulse is None:
                 return
-            o = other[1]
-            self.progress = Progress(o.t, o.attempt, o.rank, o.step, None, None, {})
-            return
-        metrics = dict(sorted(ev_.decode_metrics(hb.metrics).items()))
-        p = Progress(hb.t, hb.attempt, hb.rank, hb.step, hb.epoch, hb.time_left_s, metrics)
-        if other is not None:
-            o = other[1]
-            if o.t > hb.t and (o.rank == 0 or hb.rank != 0):
-                p.t, p.attempt, p.rank, p.step = o.t, o.attempt, o.rank, o.step
+            o = other[1] if other is not None else self._best_pulse[1]  # type: ignore[index]
+            if o.step is None and other is None:
+                return
+            p = Progress(o.t, o.attempt, o.rank, o.step, None, None, {})
+        else:
+            metrics = dict(sorted(ev_.decode_metrics(hb.metrics).items()))
+            p = Progress(hb.t, hb.attempt, hb.rank, hb.step, hb.epoch, hb.time_left_s, metrics)
+            if other is not None:
+                o = other[1]
+                if o.t > hb.t and (o.rank == 0 or p.rank != 0):
+                    p.t, p.attempt, p.rank, p.step = o.t, o.attempt, o.rank, o.step
+        if self._best_pulse is not None:
+            # The pulse (about 1 Hz, every rank) is the freshest word on the step.
+            pl = self._best_pulse[1]
+            if pl.t > p.t and pl.step is not None and (pl.rank == 0 or p.rank != 0):
+                p.t, p.attempt, p.rank, p.step = pl.t, pl.attempt, pl.rank, pl.step
         self.progress = p
 
 
 def _opt(value: int | None) -> int:
     return -1 if value is None else value
+
+
+def _alert_key(x: AlertRecord) -> tuple[Any, ...]:
+    return (x.t, x.event, x.alert, x.attempt, x.source, x.who, x.detail, x.action, x.command)
 
 
 def _signal_key(x: SignalInfo) -> tuple[Any, ...]:
@@ -627,4 +854,5 @@ _HANDLERS: Final[dict[str, Any]] = {
     "command_received": RunState._on_command_received,
     **{kind: RunState._on_command_outcome for kind in _COMMAND_OUTCOMES},
     "exception": RunState._on_exception,
+    "anomaly": RunState._on_anomaly,
 }

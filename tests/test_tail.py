@@ -60,6 +60,31 @@ SAMPLES: dict[str, dict[str, Any]] = {
     "command_rejected": {"command_id": "c2", "reason": "malformed", "command": "save_now"},
     "command_expired": {"command_id": "c3", "reason": "ttl", "command": "stop_after_save"},
     "exception": {"error_type": "ValueError", "message": "bad", "traceback": "Traceback…"},
+    "anomaly": {
+        "metric": "loss",
+        "value": 81.5,
+        "reason": "spike: 81.5 > 5 x median 2.1",
+        "action": "rollback",
+        "pinned": "checkpoints/step=100.ckpt",
+    },
+    "pulse": {},
+    "alert_raised": {
+        "alert": "hung",
+        "since": T0,
+        "detail": "no step for 300 s",
+        "source": "watch",
+        "who": "ana@login1",
+    },
+    "alert_cleared": {"alert": "hung", "detail": "step 12", "source": "job", "who": "rank 1"},
+    "action_taken": {
+        "alert": "hung",
+        "action": "requeue",
+        "command": "scontrol requeue 4242",
+        "ok": True,
+        "result": "exit 0",
+        "source": "watch",
+        "who": "ana@login1",
+    },
 }
 
 

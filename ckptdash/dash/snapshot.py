@@ -20,11 +20,15 @@ from pathlib import Path
 from typing import Final
 
 from ckptdash.events import Settings
+from ckptdash.health import Facts
 from ckptdash.records import (
+    AnomalyInfo,
     AttemptInfo,
+    AttemptTimes,
     CheckpointInfo,
     CommandInfo,
     ExceptionInfo,
+    MetricPoint,
     Progress,
     RequeueInfo,
     SignalInfo,
@@ -72,6 +76,14 @@ class RunSnapshot:
     bad_lines: Mapping[str, int]
     replaced: int
     signature: tuple[object, ...] = field(repr=False, compare=False)
+    times: Mapping[int, AttemptTimes] = field(default_factory=dict)
+    """Per attempt, what badput needs (:mod:`ckptdash.badput`)."""
+    metrics: Mapping[int, Sequence[MetricPoint]] = field(default_factory=dict, repr=False)
+    """Per attempt, thinned rank-0 heartbeats with their metrics, by step (the metrics plot)."""
+    anomalies: tuple[AnomalyInfo, ...] = ()
+    health: Facts | None = field(default=None, repr=False, compare=False)
+    """What the health detectors read (:func:`ckptdash.health.detect` runs on it as the clock
+    moves); also the newest attempt's ranks, for the ranks view."""
 
     @property
     def newest(self) -> AttemptInfo | None:
@@ -134,7 +146,8 @@ class SnapshotBuilder:
         ck_sig = tuple(counts.get(k, 0) for k in _CKPT_KINDS)
         cmd_sig = (tuple(counts.get(k, 0) for k in _COMMAND_KINDS), sightings)
         list_sig = (len(state.signals), len(state.requeues), len(state.exceptions))
-        hb_sig = (counts.get("heartbeat", 0), len(state.attempts))
+        # Rank-0 pulses feed the progress series too.
+        hb_sig = (counts.get("heartbeat", 0), counts.get("pulse", 0), len(state.attempts))
         bad_sig = tuple(sorted(state.bad_lines.counts.items()))
         signature = (
             state.events_total,
@@ -181,18 +194,29 @@ class SnapshotBuilder:
             if old is not None and same(4)
             else {n: tuple(points) for n, points in state.series.items()}
         )
+        metrics = old.metrics if old is not None and same(4) else state.metrics()
         resume_sig = (ck_sig, settings_key)
         resume = old.resume if old is not None and resume_sig == self._resume_sig else None
         if resume is None:
             resume = _resume_choice(self.root, state)
             self._resume_sig = resume_sig
+        # AttemptInfo objects are updated in place by the state: copy them.
+        attempts = tuple(dataclasses.replace(a) for a in state.attempts.values())
+        newest = attempts[-1].attempt if attempts else None
+        facts = Facts(
+            attempts={a.attempt: a for a in attempts},
+            ranks=tuple(state.rank_info(newest)) if newest is not None else (),
+            series={n: p for n, p in series.items() if n == newest},
+            checkpoints=checkpoints,
+            signals=tuple(state.signals),
+            save_outcomes=tuple(state.save_outcomes()),
+        )
         snap = RunSnapshot(
             root=self.root,
             name=self.name,
             run_id=state.run_id,
             version=self._version,
-            # AttemptInfo objects are updated in place by the state: copy them.
-            attempts=tuple(dataclasses.replace(a) for a in state.attempts.values()),
+            attempts=attempts,
             checkpoints=checkpoints,
             signals=tuple(state.signals),
             requeues=tuple(state.requeues),
@@ -207,6 +231,10 @@ class SnapshotBuilder:
             bad_lines=dict(state.bad_lines.counts),
             replaced=state.replaced,
             signature=signature,
+            times=state.attempt_times(),
+            metrics=metrics,
+            anomalies=tuple(state.anomalies),
+            health=facts,
         )
         self.last = snap
         return snap

@@ -74,6 +74,31 @@ class TrainConfig:
     last event is newer than this (on the same host its process id decides instead); a job
     refuses to start on a run directory such an attempt is using. 0: only the process test."""
 
+    on_anomaly: Literal["record", "stop", "rollback"] = "record"
+    """When the watched metric goes non-finite or spikes (checked at heartbeats, rank 0):
+    ``record`` an ``anomaly`` event; ``stop`` training without a save or requeue; or
+    ``rollback``: pin the newest valid checkpoint before the anomaly, stop, requeue as the
+    policy allows (the next attempt resumes before the divergence). See docs/goodput.md."""
+
+    anomaly_metric: str = "loss"
+    """The heartbeat metric watched for anomalies (Lightning: a name given to ``self.log``)."""
+
+    anomaly_factor: float = 5.0
+    """A value above this many times the median of the recent values is a spike."""
+
+    anomaly_window: int = 20
+    """How many recent healthy values (one per heartbeat) the median is taken over."""
+    pulse_interval_s: float = 1.0
+    """How often every rank writes a ``pulse`` event (its step; no fsync) from a background
+    thread, never from the step itself: the dashboard's 1 Hz progress and each rank's sign of
+    life. About 130 bytes a second per rank. 0: no pulses (and no watchdog)."""
+
+    hung_after_s: float = 300.0
+    """The in-job watchdog: once training has reached its first step, a rank whose main thread
+    has not reached another step boundary for this long records an ``alert_raised`` (hung),
+    and ``alert_cleared`` when it moves again. Raise it above your longest validation or save;
+    0: off."""
+
     async_save: bool = False
     """Lightning: save every checkpoint in the background (stage a copy in memory, persist
     on a thread); see docs/async.md. ``Monitor.save_async`` needs no switch."""
@@ -104,8 +129,22 @@ class TrainConfig:
         for name in ("poll_interval_s", "agree_interval_s", "heartbeat_interval_s"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"TrainConfig.{name} = {getattr(self, name)}: must be > 0")
+        for name in ("pulse_interval_s", "hung_after_s"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"TrainConfig.{name} = {getattr(self, name)}: must be >= 0")
         if self.stale_after_s < 0:
             raise ConfigError(f"TrainConfig.stale_after_s = {self.stale_after_s}: must be >= 0")
+        if self.on_anomaly not in ("record", "stop", "rollback"):
+            raise ConfigError(
+                f"TrainConfig.on_anomaly = {self.on_anomaly!r}: use 'record', 'stop' or 'rollback'"
+            )
+        if not self.anomaly_factor > 1:
+            raise ConfigError(
+                f"TrainConfig.anomaly_factor = {self.anomaly_factor}: must be > 1 (e.g. 5: five"
+                " times the recent median)"
+            )
+        if self.anomaly_window < 3:
+            raise ConfigError(f"TrainConfig.anomaly_window = {self.anomaly_window}: must be >= 3")
         if self.validate not in ("checksum", "size"):
             raise ConfigError(f"TrainConfig.validate = {self.validate!r}: use 'checksum' or 'size'")
 

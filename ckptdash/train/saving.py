@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
+from ckptdash import manifest
 from ckptdash.errors import EventWriteError
 from ckptdash.events import CheckpointFailed, CheckpointSaved, CheckpointStarted, Trigger
 from ckptdash.rundir import atomic_write, checksum_file, fsync_dir
@@ -46,10 +47,11 @@ def record_save(
 ) -> CheckpointSaved | None:
     """Run ``write`` (returns size and checksum) between a started and a saved/failed event.
 
+    ``announce=False``: the ``checkpoint_started`` was already written (before the other
+    code began writing, so that a kill during the write is known to the next attempt).
     An asynchronous save (:mod:`ckptdash.train.async_save`) announced itself when it was
-    staged (``announce=False``), passes that moment as ``began`` (a ``perf_counter``
-    reading, so ``duration_s`` runs from the call to durable) and its stall as
-    ``blocking_s``.
+    staged, passes that moment as ``began`` (a ``perf_counter`` reading, so
+    ``duration_s`` runs from the call to durable) and its stall as ``blocking_s``.
 
     Without a writer (ranks other than 0 when they write no events) the save just runs.
     Re-raises the write's error after recording ``checkpoint_failed`` (if even that
@@ -118,17 +120,12 @@ def durable_existing(path: str | os.PathLike[str]) -> tuple[int, str]:
     """Fsync a file (or every file of a directory checkpoint) someone else wrote; size + checksum.
 
     Used when a custom CheckpointIO did the writing: the checksum needs one read.
-    A sharded checkpoint (a directory) gets its total size and no checksum.
+    A sharded checkpoint (a directory) gets a manifest of every file written into it
+    (:mod:`ckptdash.manifest`); its size is the files' total, its checksum the manifest's.
     """
     p = Path(path)
     if p.is_dir():
-        total = 0
-        for f in sorted(x for x in p.rglob("*") if x.is_file()):
-            _fsync_file(f)
-            total += f.stat().st_size
-        for d in sorted({x.parent for x in p.rglob("*")} | {p}):
-            fsync_dir(d)
-        return total, ""
+        return manifest.write(p)
     _fsync_file(p)
     fsync_dir(p.parent)
     return checksum_file(p)

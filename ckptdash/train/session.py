@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import socket
+import sys
 import time
 import traceback
 import warnings
@@ -31,8 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from ckptdash import control
-from ckptdash.errors import CkptDashError
+from ckptdash.errors import CheckpointChoiceError, CkptDashError
 from ckptdash.events import (
+    AnomalyDetected,
     CheckpointInvalid,
     CheckpointSaved,
     CommandApplied,
@@ -51,14 +54,15 @@ from ckptdash.events import (
     Trigger,
     decode_lines,
 )
-from ckptdash.resume import ResumeChoice, choose_resume
+from ckptdash.resume import ResumeChoice, choose_resume, judge_given
 from ckptdash.rundir import RunDir
-from ckptdash.train import dist
-from ckptdash.train.config import ConfigError, TrainConfig
+from ckptdash.train import anomaly, dist
+from ckptdash.train.config import ConfigError, SignalAction, TrainConfig
 from ckptdash.train.guard import RunGuard
 from ckptdash.train.recovery import recover
 from ckptdash.train.scheduler import Scheduler, detect
-from ckptdash.train.signals import SignalRecorder
+from ckptdash.train.signals import SignalRecorder, signal_number
+from ckptdash.train.watchdog import Pulser
 from ckptdash.writer import EventWriter
 
 # Codes carried by the agreement collective (MAX wins across ranks).
@@ -66,6 +70,9 @@ _NO_SIGNAL, _TERMINATE, _REQUEUE = 0, 1, 2
 _ACTION_CODE = {"ignore": _NO_SIGNAL, "terminate": _TERMINATE, "requeue": _REQUEUE}
 _ATTEMPT_RE = re.compile(r"^A(\d{4,})\.")
 _RANK0_RE = re.compile(r"^A(\d{4,})\.R0000\.")
+SIGNAL_STOPS: list[str] = []
+"""Why each signal stop in this process stopped training (``preempted``, ``terminated``): a
+launcher helper must then not report the function's early return as a final result."""
 
 
 def _attempt_jobs(files: list[Path]) -> dict[int, str | None]:
@@ -95,6 +102,9 @@ class Decision:
     stop: bool
     requeue: bool
     reason: str
+    save: bool = True
+    """False after an anomaly: the model diverged, and a save would become the newest
+    checkpoint; then only stop (and requeue) as decided."""
 
 
 @dataclass
@@ -104,6 +114,7 @@ class _Pending:
     signal_code: int = _NO_SIGNAL
     manual: bool = False
     stop: bool = False
+    anomaly: int = 0  # 1: stop, 2: roll back (stop and requeue)
     commands: list[control.Claimed] = field(default_factory=list)
 
 
@@ -149,6 +160,9 @@ class Session:
         self.decision: Decision | None = None
         self.stop_reason: str | None = None
         self._pending = _Pending()
+        self._anomalies = anomaly.AnomalyWatch(
+            config.anomaly_metric, config.anomaly_factor, config.anomaly_window
+        )
         self._in_flight: list[control.Claimed] = []
         self._countdown = 1
         self._check_every = 1
@@ -159,6 +173,7 @@ class Session:
         self._max_steps: int | None = None
         self._started = False
         self._closed = False
+        self._pulser: Pulser | None = None
 
     # --- identity ------------------------------------------------------------------------
 
@@ -224,7 +239,67 @@ class Session:
             recover(self, run_guard.view, started.t)  # orphaned commands, interrupted saves
         if install_signals:
             self.signals.install()
+            self.announce_signals()
         self._last_check_time = time.monotonic()
+        if self.config.pulse_interval_s > 0:
+            self._pulser = Pulser(
+                lambda: self.step,
+                self.writer,
+                period_s=self.config.pulse_interval_s,
+                hung_after_s=self.config.hung_after_s,
+            ).start()
+
+    def also_handle(self, name: str, action: SignalAction) -> None:
+        """Handle signal ``name`` with ``action`` too (before the handlers are installed), e.g.
+        the requeue signal another library set up (Lightning's SLURM auto-requeue)."""
+        key = "SIG" + name.upper().removeprefix("SIG")
+        if key not in self._actions:
+            self._actions[key] = action
+            self.signals.add(key)
+
+    def announce_signals(self) -> str:
+        """Say on stderr (rank 0), in one line, what each signal will do; returns the line."""
+        plans = [f"{name} -> {self._signal_plan(name)}" for name in self._actions]
+        if (
+            self.scheduler.name == "slurm"
+            and "SIGUSR1" not in self._actions
+            and signal.getsignal(signal.SIGUSR1) in (signal.SIG_DFL, None)
+        ):
+            # SLURM's usual --signal=USR1 (Lightning's default) with nobody to catch it,
+            # e.g. Lightning not detecting SLURM without --ntasks: the process just dies.
+            plans.append(
+                "SIGUSR1 -> nobody handles it: it ends the process unsaved (send USR2, or map"
+                " it: TrainConfig(signals={'SIGUSR1': 'requeue', 'SIGTERM': 'terminate'}))"
+            )
+        line = "ckptdash: " + "; ".join(plans)
+        if self.rank == 0:
+            print(line, file=sys.stderr, flush=True)
+        return line
+
+    def _signal_plan(self, name: str) -> str:
+        action = self._actions[name]
+        if action == "ignore":
+            plan = "record only"
+        else:
+            plan = "save at the next step boundary"
+            if action == "requeue":
+                plan += ", requeue " + self._requeue_plan()
+            if self.config.exit_on_signal:
+                plan += ", stop"
+        owner = self.signals.previous_owner(signal_number(name))
+        if owner is not None:
+            who, chained = owner
+            plan += f" (then {who}'s handler runs)" if chained else f" (replaces {who}'s handler)"
+        return plan
+
+    def _requeue_plan(self) -> str:
+        if self.config.requeue == "off":
+            return "off (TrainConfig.requeue='off')"
+        if not self.scheduler.can_requeue:
+            return f"impossible (no scheduler: {self.scheduler.name})"
+        budget = self.config.max_attempts
+        limit = f", at most {budget} attempts" if budget is not None else ""
+        return f"by ckptdash ({self.scheduler.name} job {self.scheduler.job_id}{limit})"
 
     def choose_resume(self) -> ResumeChoice:
         """Apply the resume rule on rank 0, tell every rank, and record the choice and skips."""
@@ -237,27 +312,53 @@ class Session:
         assert choice is not None
         return choice
 
+    def check_given(self, path: str) -> str:
+        """Validate a checkpoint the user chose to resume from (rank 0 judges, every rank gets
+        the answer): the ``run_resumed`` reason, or :class:`~ckptdash.errors.CheckpointChoiceError`
+        on every rank after recording why as ``checkpoint_invalid``."""
+        verdict = None
+        if self.rank == 0:
+            verdict = judge_given(self.run, path, validate=self.config.validate)
+            if verdict.error is not None:
+                reason = f"given to resume from, refused: {verdict.problem}"
+                self.writer.emit(CheckpointInvalid, path=verdict.path, reason=reason)
+        verdict = dist.broadcast_object(verdict)
+        assert verdict is not None
+        if verdict.error is not None:
+            raise CheckpointChoiceError(verdict.error)
+        return verdict.reason
+
     def record_resumed(self, path: str, reason: str, step: int | None = None) -> None:
         """Record that this attempt loaded ``path`` (rank 0)."""
         if self.rank == 0:
             self.writer.emit(RunResumed, step=step, path=os.path.abspath(path), reason=reason)
+            anomaly.clear_used_rollback_pin(self.run, path)
+            if step is not None:  # what was saved before is the healthy reference for now
+                self._anomalies.healthy_step = step
+
+    def declare_checkpoint_dir(self, path: str | os.PathLike[str]) -> None:
+        """Declare a folder outside the run directory where this run's checkpoints live
+        (a framework's output dir), so that checkpoint records there count."""
+        pass
 
     def close(self, reason: str = "completed", error: BaseException | None = None) -> None:
         """End the attempt: answer unapplied commands, restore handlers, record the outcome."""
         if self._closed:
             return
         self._closed = True
+        if self._pulser is not None:
+            self._pulser.stop()
         if self.rank == 0:
             for claimed in self._in_flight + self._pending.commands:
                 self._answer(
                     claimed, CommandExpired, reason="training ended before the command was applied"
                 )
-            if error is not None:
-                self.writer.emit(
-                    RunFailed, step=self.step, error=f"{type(error).__name__}: {error}"
-                )
-            else:
-                self.writer.emit(RunFinished, step=self.step, reason=self.stop_reason or reason)
+        if error is not None:
+            # On every rank that saw it (others in their own file): when one rank fails,
+            # rank 0 may never get to record anything.
+            self.writer.emit(RunFailed, step=self.step, error=f"{type(error).__name__}: {error}")
+        elif self.rank == 0:
+            self.writer.emit(RunFinished, step=self.step, reason=self.stop_reason or reason)
         # Only now: a SIGTERM while the outcome is written (SLURM's, right after a requeue)
         # is recorded by our handler instead of ending the process first.
         self.signals.uninstall()
@@ -334,14 +435,24 @@ class Session:
                 self._next_heartbeat = now + self.config.heartbeat_interval_s
                 self._heartbeat(metrics() if callable(metrics) else metrics)
         pending = self._pending
-        signal_code, manual, stop, check_every = dist.agree_max(
-            [pending.signal_code, int(pending.manual), int(pending.stop), self._check_every]
+        signal_code, manual, stop, check_every, bad = dist.agree_max(
+            [
+                pending.signal_code,
+                int(pending.manual),
+                int(pending.stop),
+                self._check_every,
+                pending.anomaly,
+            ]
         )
         self._check_every = max(1, check_every)
         self._countdown = self._check_every
         self._in_flight.extend(pending.commands)
         self._pending = _Pending()
-        if signal_code != _NO_SIGNAL:
+        if bad:  # before a signal's save: saving a diverged model would make it the newest
+            self.decision = Decision(
+                trigger="exception", stop=True, requeue=bad == 2, reason="anomaly", save=False
+            )
+        elif signal_code != _NO_SIGNAL:
             requeue = signal_code == _REQUEUE
             self.decision = Decision(
                 trigger="signal",
@@ -398,13 +509,43 @@ class Session:
                 self._pending.commands.append(claimed)
 
     def _heartbeat(self, metrics: Mapping[str, Any] | None) -> None:
+        numeric = _numeric(metrics)
         self.writer.emit(
             Heartbeat,
             step=self.step,
             epoch=self.epoch,
-            metrics=_numeric(metrics),
+            metrics=numeric,
             time_left_s=self.scheduler.time_left_s(),
         )
+        found = self._anomalies.check(self.step, numeric)
+        if found is not None:
+            self._on_anomaly(found)
+
+    def _on_anomaly(self, found: anomaly.Anomaly) -> None:
+        """Record it; for stop/rollback, ask every rank to stop at this check (rank 0)."""
+        action = self.config.on_anomaly
+        reason, pinned = found.reason, None
+        if action == "rollback":
+            try:
+                target = anomaly.rollback_target(self.run, found)
+                if target is not None:
+                    anomaly.pin_for_rollback(self.run, target.path, found.step)
+                    pinned = target.path
+            except Exception as exc:  # no pin: stop without requeue rather than resume diverged
+                reason += f"; could not pin a checkpoint: {exc}"
+            if pinned is None and "could not pin" not in reason:
+                reason += "; no valid checkpoint before it to roll back to: stopping only"
+        self.writer.emit(
+            AnomalyDetected,
+            step=found.step,
+            metric=found.metric,
+            value=found.value,
+            reason=reason,
+            action=action,
+            pinned=pinned,
+        )
+        if action != "record":
+            self._pending.anomaly = 2 if pinned is not None else 1
 
     def heartbeat(self, metrics: Mapping[str, Any] | None = None) -> None:
         """Write a heartbeat now (rank 0), e.g. at the end of an epoch."""
@@ -428,6 +569,8 @@ class Session:
             self._requeue()
         if decision.stop:
             self.stop_reason = decision.reason
+            if decision.trigger == "signal":
+                SIGNAL_STOPS.append(decision.reason)
 
     def save_failed(self, error: BaseException) -> None:
         """A decided save failed: reject the commands waiting on it, keep training."""
