@@ -38,10 +38,13 @@ def main(argv: list[str] | None = None) -> int:
         "--dir", type=Path, default=None, help="where to write (default: a temp dir on local disk)"
     )
     parser.add_argument(
-        "--only", action="append", choices=["saves", "crashes", "race"], help="repeatable"
+        "--only",
+        action="append",
+        choices=["saves", "async-saves", "crashes", "race"],
+        help="repeatable",
     )
     args = parser.parse_args(argv)
-    chosen = args.only or ["saves", "crashes", "race"]
+    chosen = args.only or ["saves", "async-saves", "crashes", "race"]
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**32)
     print(f"seed {seed} (replay with --seed {seed})", flush=True)
     base = args.dir or Path(tempfile.mkdtemp(prefix="ckptdash-faults-", dir="/var/tmp"))
@@ -58,6 +61,18 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(saves.summary(), flush=True)
         problems += saves.problems
+    if "async-saves" in chosen:  # kill -9 while save_async persists in the background
+        background = faults.kill_during_saves(
+            base / "async-saves",
+            kills=args.kills,
+            seed=seed,
+            size_mb=args.size_mb,
+            log=log,
+            async_save=True,
+            max_delay_s=1.5,
+        )
+        print(background.summary(), flush=True)
+        problems += background.problems
     if "crashes" in chosen:
         crashes = faults.crash_during_commands(
             base / "crashes", crashes=args.crashes, seed=seed, log=log

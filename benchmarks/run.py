@@ -29,11 +29,14 @@ BENCHMARKS = (
     "ingest",
     "step_overhead",
     "save_cost",
+    "async_save",
     "agreement",
     "dash_latency",
     "validate_dir",
     "hf_step_overhead",
 )
+# Benchmarks that take --device (the others measure the CPU side only).
+ON_DEVICE = ("async_save",)
 OUT = Path(__file__).resolve().parent / "out"
 
 
@@ -47,6 +50,11 @@ def main(argv: list[str] | None = None) -> int:
         metavar="NAME",
         help=f"run only this benchmark (repeatable): {', '.join(BENCHMARKS)}",
     )
+    parser.add_argument(
+        "--device",
+        default="cpu",
+        help="where async_save puts its tensors: cpu (the default, what CI runs) or cuda",
+    )
     args = parser.parse_args(argv)
     chosen = args.only or list(BENCHMARKS)
     load_before = os.getloadavg()[0]
@@ -58,8 +66,9 @@ def main(argv: list[str] | None = None) -> int:
             start = time.perf_counter()
             print(f"running {name} …", file=sys.stderr, flush=True)
             try:
-                bench: Callable[[bool], list[Row]] = importlib.import_module(name).run
-                rows.extend(bench(args.quick))
+                bench: Callable[..., list[Row]] = importlib.import_module(name).run
+                extra = {"device": args.device} if name in ON_DEVICE else {}
+                rows.extend(bench(args.quick, **extra))
             except Exception as exc:  # one broken benchmark must not lose the others' figures
                 traceback.print_exc()
                 failed.append(name)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from ckptdash.events import CheckpointRemoved, CheckpointSaved, Trigger
+from ckptdash.train.async_save import AsyncSaver
 from ckptdash.train.config import TrainConfig
 from ckptdash.train.forward import forward_to_children
 from ckptdash.train.saving import META_KEY, durable_existing, record_save, save_atomic
@@ -64,11 +65,19 @@ class RecordingCheckpointIO(CheckpointIO):
     result and reads it once for the checksum.
     """
 
-    def __init__(self, inner: Any, session: Session, callback: CkptDashCallback) -> None:
+    def __init__(
+        self,
+        inner: Any,
+        session: Session,
+        callback: CkptDashCallback,
+        saver: AsyncSaver | None = None,
+    ) -> None:
         super().__init__()
         self.inner = inner
         self.session = session
         self.callback = callback
+        self.saver = saver
+        """ckptdash's own background saves (``async_save=True``): stage here, persist later."""
 
     def save_checkpoint(
         self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None
@@ -91,6 +100,23 @@ class RecordingCheckpointIO(CheckpointIO):
             return
         meta = _stamp(self.session, self.callback, checkpoint)
         trigger: Trigger = meta["trigger"]
+        if self.saver is not None and self.callback._forced_trigger is not None:
+            # A save ckptdash decided is waited for before it answers or requeues: written
+            # directly (after the saves in flight), it is durable sooner than staged first.
+            # An earlier background failure must not stop it (a preemption is coming).
+            self.saver.wait()
+        elif self.saver is not None:
+            _raise_failed(self.saver)  # like AsyncCheckpointIO: a failed save ends fit()
+            self.saver.submit(
+                self.session.writer,
+                checkpoint,
+                os.fspath(path),
+                trigger=trigger,
+                step=meta.get("step"),
+                epoch=checkpoint.get("epoch"),
+                on_saved=self.callback.on_checkpoint_saved,
+            )
+            return
         saved = save_atomic(
             self.session.writer,
             checkpoint,
@@ -107,6 +133,8 @@ class RecordingCheckpointIO(CheckpointIO):
         return out
 
     def remove_checkpoint(self, path: Any) -> None:
+        if self.saver is not None:
+            self.saver.wait()  # never remove a file a background save is still writing
         self.inner.remove_checkpoint(path)
         self.session.writer.emit(
             CheckpointRemoved, path=os.path.abspath(os.fspath(path)), reason="removed by Lightning"
@@ -232,8 +260,17 @@ def _writes_shards(strategy: Any) -> bool:
     )
 
 
+def _raise_failed(saver: AsyncSaver) -> None:
+    for failed in saver.take_failures():
+        assert failed.error is not None
+        raise failed.error
+
+
 def _flush_async(io: Any) -> None:
-    """Wait for the saves an AsyncCheckpointIO queued; re-raise a failed one."""
+    """Wait for the saves an AsyncCheckpointIO queued (re-raise a failed one), or ckptdash's
+    own background saves (their failures are events; the next save raises them)."""
+    if isinstance(io, RecordingCheckpointIO) and io.saver is not None:
+        io.saver.wait()
     if not isinstance(io, _TaggingCheckpointIO):
         return
     inner = io.inner
@@ -371,7 +408,10 @@ class CkptDashCallback(pl.Callback):
             io._checkpoint_io = RecordingCheckpointIO(io.checkpoint_io, session, self)
             trainer.strategy.checkpoint_io = _TaggingCheckpointIO(io, session, self)
         else:
-            trainer.strategy.checkpoint_io = RecordingCheckpointIO(io, session, self)
+            saver = None
+            if self.config.async_save:
+                saver = AsyncSaver(max_in_flight=self.config.async_in_flight)
+            trainer.strategy.checkpoint_io = RecordingCheckpointIO(io, session, self, saver)
 
     def _record_sharded_saves(self, trainer: Any, session: Session) -> None:
         # FSDP (sharded), ModelParallel (distributed checkpoint) and DeepSpeed write a
@@ -573,6 +613,9 @@ class CkptDashCallback(pl.Callback):
 
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
         self._stop_timed_checks()
+        io = trainer.strategy.checkpoint_io
+        if isinstance(io, RecordingCheckpointIO) and io.saver is not None:
+            io.saver.wait()  # Lightning skips callbacks' teardown after an exception
         session = self.session
         if session is None or self._error is not None:
             return
@@ -608,6 +651,8 @@ class CkptDashCallback(pl.Callback):
             # Let queued async saves finish so their events are written before we close.
             with contextlib.suppress(Exception):
                 io.inner.teardown()
+        if isinstance(io, RecordingCheckpointIO) and io.saver is not None:
+            io.saver.wait()  # a failed one is already a checkpoint_failed event
         session, self.session = self.session, None
         session.close(_end_reason(trainer), error=self._error)
         self._error = None

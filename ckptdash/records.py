@@ -63,6 +63,8 @@ class CheckpointInfo:
     started_at: float | None = None
     size_bytes: int | None = None
     duration_s: float | None = None
+    blocking_s: float | None = None
+    """How long the save stalled training (a synchronous save: all of ``duration_s``)."""
     checksum: str = ""
     attempt: int | None = None
     rank: int | None = None

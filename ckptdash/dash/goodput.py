@@ -6,7 +6,8 @@ Pure functions over a :class:`~ckptdash.dash.snapshot.RunSnapshot`; no Panel.
   checkpoint (or its start, if it saved none) to the kill. A preemption caught
   by a signal save loses almost nothing; a kill without warning loses
   everything since the last periodic save.
-* **Saving share**: time spent in saves ÷ wall time of all attempts.
+* **Saving share**: time saves stalled training ÷ wall time of all attempts (an
+  asynchronous save counts only its ``blocking_s``, not its background persist).
 * **Preemption rate**: preemptions ÷ wall hours; its inverse is the mean
   time between failures *M*.
 * **Young/Daly**: with a save costing *C* seconds and failures every *M*
@@ -189,10 +190,10 @@ def compute(snap: RunSnapshot) -> Goodput:
             wall += max(0.0, end - a.started_at)
     with_duration = [c for c in snap.checkpoints if c.duration_s is not None and c.t is not None]
     # A path saved again (last.ckpt) keeps only its latest save; count the others at its cost.
-    saving = sum((c.duration_s or 0.0) * (1 + c.replaced) for c in with_duration)
+    saving = sum(_stall(c) * (1 + c.replaced) for c in with_duration)
     saves = sum(1 + c.replaced for c in with_duration)
     periodic = [c for c in with_duration if c.trigger == "periodic"]
-    costs = [c.duration_s for c in (periodic or with_duration) if c.duration_s is not None]
+    costs = [_stall(c) for c in (periodic or with_duration)]
     cost = statistics.median(costs) if costs else None
     pre = tuple(preemptions(snap))
     mtbf = wall / len(pre) if pre and wall > 0 else None
@@ -210,6 +211,11 @@ def compute(snap: RunSnapshot) -> Goodput:
         young_s=young,
         daly_s=daly,
     )
+
+
+def _stall(c: CheckpointInfo) -> float:
+    """What a save cost training: its stall (an asynchronous save's persist overlaps it)."""
+    return c.blocking_s if c.blocking_s is not None else c.duration_s or 0.0
 
 
 def _saves_of(snap: RunSnapshot, a: AttemptInfo) -> list[CheckpointInfo]:

@@ -24,6 +24,7 @@ SCHEMA: Final = {
     "time": TIME,
     "size": NUMBER,
     "save s": NUMBER,
+    "stall s": NUMBER,
     "status": TEXT,
     "resume": TEXT,
     "attempt": NUMBER,
@@ -57,6 +58,7 @@ def checkpoint_frame(snap: RunSnapshot | None) -> pd.DataFrame:
                 "time": _local(c.t),
                 "size": c.size_bytes,
                 "save s": c.duration_s,
+                "stall s": c.blocking_s,  # below "save s" when it persisted in the background
                 "status": status,
                 "resume": " ".join(marks),
                 "attempt": c.attempt,
@@ -105,6 +107,7 @@ class CheckpointTable(pn.viewable.Viewer):  # type: ignore[misc]
                 "time": DateFormatter(format="%Y-%m-%d %H:%M:%S", nan_format="–"),
                 "size": NumberFormatter(format="0.0 b", nan_format="–"),
                 "save s": NumberFormatter(format="0.00", nan_format="–"),
+                "stall s": NumberFormatter(format="0.000", nan_format="–"),
                 "attempt": NumberFormatter(format="0", nan_format="–"),
             },
             text_align={"step": "right", "epoch": "right", "attempt": "right"},

@@ -99,6 +99,14 @@ class TrainConfig:
     and ``alert_cleared`` when it moves again. Raise it above your longest validation or save;
     0: off."""
 
+    async_save: bool = False
+    """Lightning: save every checkpoint in the background (stage a copy in memory, persist
+    on a thread); see docs/async.md. ``Monitor.save_async`` needs no switch."""
+
+    async_in_flight: int = 1
+    """How many background saves may be in flight at once; each holds a copy of the state
+    in memory, and a save that finds them all busy waits for the oldest."""
+
     def __post_init__(self) -> None:
         for name, action in self.signals.items():
             try:
@@ -116,6 +124,8 @@ class TrainConfig:
             raise ConfigError(
                 f"TrainConfig.max_attempts = {self.max_attempts}: use a number >= 1, or None"
             )
+        if self.async_in_flight < 1:
+            raise ConfigError(f"TrainConfig.async_in_flight = {self.async_in_flight}: use >= 1")
         for name in ("poll_interval_s", "agree_interval_s", "heartbeat_interval_s"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"TrainConfig.{name} = {getattr(self, name)}: must be > 0")

@@ -10,12 +10,15 @@ with ckptdash.Monitor("runs/exp1", max_steps=1000) as monitor:
             monitor.save({"model": model.state_dict(), "step": step})
         if monitor.should_stop:
             break
+
+``monitor.save_async(state)`` saves in the background instead (see docs/async.md).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
@@ -25,6 +28,7 @@ from ckptdash.errors import SaveError
 from ckptdash.events import CheckpointRemoved, CheckpointSaved, CheckpointStarted, Trigger
 from ckptdash.resume import ResumeChoice
 from ckptdash.train import dist, publish
+from ckptdash.train.async_save import AsyncSaver, SaveHandle
 from ckptdash.train.config import TrainConfig
 from ckptdash.train.saving import META_KEY, durable_existing, record_save, save_atomic
 from ckptdash.train.scheduler import Scheduler
@@ -59,6 +63,7 @@ class Monitor:
         self._resume: ResumeChoice | None = None
         self._decision: Decision | None = None
         self._stop = False
+        self._saver: AsyncSaver | None = None
         self._declared: set[Path] = set()
         self._announced: set[str] = set()  # paths record_started() announced, awaiting record()
 
@@ -134,6 +139,8 @@ class Monitor:
         directory. A dict ``state`` gets a ``ckptdash`` key with trigger,
         attempt, scheduler and job id. Only rank 0 writes unless ``all_ranks``.
         """
+        if self._saver is not None:
+            self._saver.wait()  # after the background saves: a path's newest save wins
         session = self.session
         decision = self._decision
         trig: Trigger = trigger or (decision.trigger if decision else "api")
@@ -161,6 +168,60 @@ class Monitor:
             session.after_save(saved, str(target))
             self._stop = self._stop or decision.stop
         return saved
+
+    def save_async(
+        self,
+        state: Any,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        trigger: Trigger | None = None,
+        all_ranks: bool = False,
+    ) -> SaveHandle:
+        """Like :meth:`save`, but training stalls only while ``state`` is copied to memory.
+
+        Every tensor of ``state`` is copied into reused CPU buffers (pinned for CUDA
+        tensors) before this returns, so the loop may change its tensors right away; a
+        background thread then writes the copy as :meth:`save` would and records
+        ``checkpoint_saved`` with the stall as ``blocking_s``. At most
+        ``TrainConfig.async_in_flight`` (1) saves are in flight: the next one waits.
+
+        A save ckptdash asked for (:attr:`should_save`: a signal, Save now, Stop after save)
+        is written right here, after the saves in flight, as :meth:`save` writes it:
+        commands are answered, the job requeued or stopped only once it is durable.
+        Leaving the ``with`` block (or :meth:`close`) waits for every save in flight.
+        The returned handle's ``result()`` raises if the save failed.
+
+        >>> handle = monitor.save_async({"model": model.state_dict()})  # doctest: +SKIP
+        """
+        session = self.session
+        decision = self._decision
+        trig: Trigger = trigger or (decision.trigger if decision else "api")
+        target = Path(path) if path else self.config.checkpoint_path / f"step={session.step}.ckpt"
+        if decision is not None and (trigger is None or trigger == decision.trigger):
+            # It must be durable before commands are answered, the job requeued or stopped:
+            # training waits for all of it either way, and writing directly is faster than
+            # staging a copy first (and its stall is recorded as the whole save).
+            saved = self.save(state, target, trigger=trigger, all_ranks=all_ranks)
+            return SaveHandle.finished(os.path.abspath(target), trig, session.step, saved)
+        if isinstance(state, dict):
+            state = {**state, META_KEY: session.metadata(trig)}
+        if self._saver is None:
+            self._saver = AsyncSaver(max_in_flight=self.config.async_in_flight)
+        if session.rank != 0 and not all_ranks:
+            return SaveHandle.finished(os.path.abspath(target), trig, session.step)
+        return self._saver.submit(
+            session.writer if session.rank == 0 else None,
+            state,
+            target,
+            trigger=trig,
+            step=session.step,
+            epoch=session.epoch,
+        )
+
+    def wait_saves(self, timeout: float | None = None) -> None:
+        """Wait until every :meth:`save_async` so far is durable (or failed: see its handle)."""
+        if self._saver is not None:
+            self._saver.wait(timeout)
 
     # --- saves written by other code ---------------------------------------------------------
 
@@ -307,7 +368,8 @@ class Monitor:
         self._stop = True
 
     def close(self, error: BaseException | None = None) -> None:
-        """Record how the attempt ended and restore the signal handlers."""
+        """Wait for the saves in flight, record how the attempt ended, restore the handlers."""
+        self._finish_saves()
         if error is not None and self.session.rank == 0:
             self.session.record_exception(error)
         self.session.close(error=error)
@@ -322,6 +384,19 @@ class Monitor:
         tb: TracebackType | None,
     ) -> None:
         if isinstance(exc, KeyboardInterrupt):
+            self._finish_saves()
             self.session.close(reason="interrupted")
         else:
             self.close(exc)
+
+    def _finish_saves(self) -> None:
+        # Before the attempt's end is recorded: a save still being written when the
+        # process exits would be lost, and the next attempt would resume from an older one.
+        if self._saver is not None:
+            self._saver.wait()
+            for failed in self._saver.take_failures():
+                warnings.warn(
+                    f"ckptdash: the background save of {failed.path} failed: {failed.error}",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )

@@ -42,11 +42,16 @@ def record_save(
     epoch: int | None,
     write: Callable[[], tuple[int, str]],
     announce: bool = True,
+    began: float | None = None,
+    blocking_s: float | None = None,
 ) -> CheckpointSaved | None:
     """Run ``write`` (returns size and checksum) between a started and a saved/failed event.
 
     ``announce=False``: the ``checkpoint_started`` was already written (before the other
     code began writing, so that a kill during the write is known to the next attempt).
+    An asynchronous save (:mod:`ckptdash.train.async_save`) announced itself when it was
+    staged, passes that moment as ``began`` (a ``perf_counter`` reading, so
+    ``duration_s`` runs from the call to durable) and its stall as ``blocking_s``.
 
     Without a writer (ranks other than 0 when they write no events) the save just runs.
     Re-raises the write's error after recording ``checkpoint_failed`` (if even that
@@ -56,7 +61,8 @@ def record_save(
     spath = os.fspath(path)
     if writer is not None and announce:
         writer.emit(CheckpointStarted, step=step, path=spath, trigger=trigger)
-    began = time.perf_counter()
+    if began is None:
+        began = time.perf_counter()
     try:
         size, checksum = write()
     except BaseException as exc:
@@ -84,6 +90,7 @@ def record_save(
         duration_s=duration,
         checksum=checksum,
         epoch=epoch,
+        **({} if blocking_s is None else {"blocking_s": blocking_s}),
     )
     assert isinstance(event, CheckpointSaved)
     return event

@@ -143,13 +143,18 @@ def temp_files(folder: Path) -> set[str]:
 # --- kill -9 during checkpoint saves ---------------------------------------------------------
 
 
-def save_victim(run_dir: str, size_mb: int, keep: int, ready: Any) -> None:
+def save_victim(
+    run_dir: str, size_mb: int, keep: int, ready: Any, async_save: bool = False
+) -> None:
     """A job that saves ``size_mb`` MB checkpoints back to back until it is killed.
 
     Each step saves ``step=N.ckpt`` and, every other step, overwrites ``last.ckpt``;
     it keeps the newest ``keep`` step files (recording each removal before the
     unlink, as a rotating ModelCheckpoint does). It resumes by the resume rule
-    and checks that what it loaded is the step the rule named.
+    and checks that what it loaded is the step the rule named. With ``async_save``
+    it saves with ``Monitor.save_async`` and changes the payload right after each
+    call (the file must still hold the step it was saved at), so most kills land
+    while a persist runs in the background.
     """
     import torch
 
@@ -179,7 +184,7 @@ def save_victim(run_dir: str, size_mb: int, keep: int, ready: Any) -> None:
     payload = torch.zeros(size_mb * (1 << 20) // 4, dtype=torch.float32)
     ready.set()
     while True:
-        while len(kept) > keep:
+        while len(kept) > keep + async_save:  # the newest may still be in flight: keep it
             _, old = kept.pop(0)
             session.writer.emit(CheckpointRemoved, path=old, reason="rotation (keep newest)")
             Path(old).unlink()
@@ -187,6 +192,14 @@ def save_victim(run_dir: str, size_mb: int, keep: int, ready: Any) -> None:
         payload[0] = float(step)
         state = {"payload": payload, "step": step}
         path = folder / f"step={step:06d}.ckpt"
+        if async_save:
+            handle = monitor.save_async(state, path, trigger="periodic")
+            if step % 2 == 1:
+                monitor.save_async(state, folder / "last.ckpt", trigger="periodic")
+            payload[0] = -1.0  # snapshot semantics: the files keep the step
+            kept.append((step, handle.path))
+            step += 1
+            continue
         saved = monitor.save(state, path, trigger="periodic")
         assert saved is not None
         kept.append((step, saved.path))
@@ -240,6 +253,7 @@ def kill_during_saves(
     keep: int = 2,
     max_delay_s: float = 0.6,
     log: Callable[[str], None] = lambda line: None,
+    async_save: bool = False,
 ) -> SaveKillReport:
     """Start a :func:`save_victim`, kill it at a random moment, check, repeat ``kills`` times.
 
@@ -263,7 +277,9 @@ def kill_during_saves(
     for cycle in range(kills):
         where = f"seed {seed}, kill {cycle + 1}/{kills}"
         ready = ctx.Event()
-        proc = ctx.Process(target=save_victim, args=(str(run), size_mb, keep, ready), daemon=True)
+        proc = ctx.Process(
+            target=save_victim, args=(str(run), size_mb, keep, ready, async_save), daemon=True
+        )
         proc.start()
         try:
             wait_for(_started(ready, proc), 120, f"the save victim to start ({where})")
