@@ -174,7 +174,7 @@ def render_header(model: DashModel) -> str:
     if choice is None:
         resume = ""
     else:
-        target = f"<code>{esc(choice.path)}</code>" if choice.path else "<b>fresh start</b>"
+        target = text.path_html(choice.path, snap.root) if choice.path else "<b>fresh start</b>"
         pin = settings.resume_pin if settings is not None else None
         pinned = " <b>(pinned)</b>" if pin and pin == choice.path else ""
         resume = (
@@ -357,12 +357,17 @@ def render_commands(snap: RunSnapshot, limit: int) -> str:
         return "<div class='ck'><h4>Commands</h4><span class='muted'>none yet</span></div>"
     rows = []
     for c in snap.commands[:limit]:
-        answer = c.detail or c.reason or c.error
+        answer = c.reason or c.error
+        shown = (
+            text.path_html(c.detail, snap.root)
+            if c.detail
+            else (f"<code>{esc(answer)}</code>" if answer else "")
+        )
         rows.append(
             f"<tr><td>{text.clock(c.issued_at or c.received_at)}</td>"
             f"<td>{esc(c.command or '?')}</td><td>{esc(c.author or '?')}</td>"
             f"<td class='st st-{esc(c.status)}'>{esc(c.status)}</td>"
-            f"<td>{'<code>' + esc(answer) + '</code>' if answer else ''}</td></tr>"
+            f"<td>{shown}</td></tr>"
         )
     return (
         "<div class='ck'><h4>Commands</h4><table><tr><th>issued</th><th>command</th>"
