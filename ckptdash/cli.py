@@ -7,7 +7,7 @@
     ckptdash requeue RUN_DIR --suspend|--resume   (mirrored onto the SLURM job when SLURM is here)
     ckptdash requeue RUN_DIR --hold|--release|--cancel-pending --yes   (a requeued, pending job)
     ckptdash resume RUN_DIR [--pin PATH|--clear]
-    ckptdash demo                            a small real run with a preemption
+    ckptdash demo                            a small real run: preemptions, a kill, resumes
     ckptdash serve PATH [--port N]           the live dashboard in a browser tab
 
 Every user error is one line on stderr saying what is wrong and how to fix it,
@@ -27,6 +27,7 @@ from typing import Any
 import msgspec
 
 from ckptdash import __version__, control, slurm_admin
+from ckptdash.demo import DEFAULT_STEPS
 from ckptdash.errors import CkptDashError
 from ckptdash.records import AttemptInfo
 from ckptdash.resume import choose_resume, find_recorded, load_state
@@ -150,11 +151,24 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--run-dir", default="runs/demo", help="where the demo writes (default %(default)s)"
     )
-    s.add_argument("--steps", type=int, default=300, help="training steps (default %(default)s)")
     s.add_argument(
-        "--preempt-every", type=float, default=8.0, help="seconds between preemptions (%(default)s)"
+        "--steps", type=int, default=DEFAULT_STEPS, help="training steps (default %(default)s)"
     )
-    s.add_argument("--max-preemptions", type=int, default=2, help="default %(default)s")
+    s.add_argument(
+        "--preempt-every",
+        type=float,
+        default=10.0,
+        help="seconds of training before each preemption or kill (%(default)s)",
+    )
+    s.add_argument(
+        "--max-preemptions", type=int, default=2, help="SIGUSR2 preemptions (%(default)s)"
+    )
+    s.add_argument(
+        "--kills",
+        type=int,
+        default=1,
+        help="then kill this many attempts without warning (SIGKILL) (%(default)s)",
+    )
     s.add_argument(
         "--port",
         type=int,
@@ -435,7 +449,7 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
         max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)
     ]
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-    return "\n".join([fmt.format(*header), *(fmt.format(*r) for r in rows)])
+    return "\n".join(fmt.format(*r).rstrip() for r in [header, *rows])
 
 
 def _opt(value: object) -> str:
@@ -580,6 +594,7 @@ def _demo(args: argparse.Namespace) -> int:
         steps=args.steps,
         preempt_every_s=args.preempt_every,
         max_preemptions=args.max_preemptions,
+        kills=args.kills,
         port=None if args.no_serve else args.port,
         exit_when_done=args.exit_when_done,
     )
