@@ -129,7 +129,7 @@ def render_header(model: DashModel) -> str:
         return f'<div class="ck muted">reading {esc(model.path)} …</div>'
     snap: RunSnapshot | None = model.run
     if snap is None:
-        return f'<div class="ck muted">no run in {esc(model.path)} yet; waiting for one</div>'
+        return f'<div class="ck muted">{esc(waiting_line(model.path))}</div>'
     now = model.now
     status, why = run_status(snap, now, model.stale_after_s)
     r = rates(snap, now)
@@ -192,6 +192,11 @@ def render_header(model: DashModel) -> str:
         f'<div class="muted" style="margin-top:4px">{tail} · run {esc(snap.run_id)}'
         f" · {esc(snap.root)}</div></div>"
     )
+
+
+def waiting_line(path: str) -> str:
+    """What the header says while the path holds no run yet (the training will create it)."""
+    return f"waiting for the first event in {path}"
 
 
 class RunList(pn.viewable.Viewer):  # type: ignore[misc]

@@ -1,0 +1,187 @@
+"""The notebook widget under JupyterLab's **Run → Run All Cells**, with JupyterLab's default
+settings (windowing on), as a new user runs a notebook the first time.
+
+Run All queues every cell at once, so the training cell starts the moment the widget's cell
+ends: whatever the widget needs from the kernel's main thread after that (the front end's
+comm messages) waits for the whole training. Here the widget must still follow the training
+live — the step rises while the training cell's prompt reads ``[*]`` — on a run directory
+that does not exist yet when the widget is shown (it waits calmly, then attaches), and its
+checkpoint table must hold the saves the timeline shows.
+
+Without chromium, JupyterLab or Lightning the tests skip, saying how to get them; in CI
+(CI=true) they fail instead (the module below is imported first and does that check).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from tests.notebooks.test_jupyterlab import (
+    _LOOK_JS,
+    KERNEL,
+    REPO,
+    TRAIN_CELL,
+    Lab,
+    _external,
+    _free_port,
+    _stop,
+    _wait_for_server,
+)
+
+pytestmark = [pytest.mark.notebook, pytest.mark.ui]
+
+from playwright.sync_api import Page, Route, expect, sync_playwright  # noqa: E402
+
+from ckptdash.dash.testing import launch_chromium  # noqa: E402
+from ckptdash.resume import load_state  # noqa: E402
+
+# Cell 1 as a user writes it: the run directory does not exist yet (the training creates it).
+WIDGET_CELL = """\
+import os
+from pathlib import Path
+
+import ckptdash
+
+Path("kernel.pid").write_text(str(os.getpid()))
+run_dir = Path("runs") / "x"
+ckptdash.dashboard(run_dir)"""
+
+NOTEBOOK = "mine.ipynb"
+
+
+def _home(home: Path, root: Path) -> dict[str, str]:
+    """Jupyter's config, data and kernels for this test only — and JupyterLab's *default*
+    settings (no settings file at all: windowing as shipped); returns the environment."""
+    kernel = home / "path" / "kernels" / KERNEL
+    kernel.mkdir(parents=True)
+    argv = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+    kernel.joinpath("kernel.json").write_text(
+        json.dumps({"argv": argv, "display_name": KERNEL, "language": "python"})
+    )
+    config = home / "config"
+    config.mkdir()
+    lab_app = {
+        "news_url": None,
+        "check_for_updates_class": "jupyterlab.NeverCheckForUpdate",
+        "extension_manager": "readonly",
+    }
+    config.joinpath("jupyter_server_config.json").write_text(json.dumps({"LabApp": lab_app}))
+    train = TRAIN_CELL.replace("enable_checkpointing=False,", "").replace(
+        "callbacks=[CkptDashCallback(run_dir, heartbeat_interval_s=0.5)],",
+        "callbacks=[CkptDashCallback(run_dir, heartbeat_interval_s=0.5),"
+        " L.callbacks.ModelCheckpoint(dirpath=run_dir / 'checkpoints',"
+        " every_n_train_steps=50, save_top_k=-1)],",
+    )
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": KERNEL, "display_name": KERNEL, "language": "python"}
+    nb.cells = [nbformat.v4.new_code_cell(WIDGET_CELL), nbformat.v4.new_code_cell(train)]
+    nbformat.write(nb, root / NOTEBOOK)
+    env = dict(os.environ)
+    env.update(
+        JUPYTER_PATH=str(home / "path"),
+        JUPYTER_CONFIG_DIR=str(config),
+        JUPYTER_DATA_DIR=str(home / "data"),
+        JUPYTER_RUNTIME_DIR=str(home / "runtime"),
+        JUPYTERLAB_SETTINGS_DIR=str(home / "settings"),
+        JUPYTERLAB_WORKSPACES_DIR=str(home / "workspaces"),
+        PYTHONPATH=str(REPO),
+    )
+    env.pop("JUPYTER_TOKEN", None)
+    return env
+
+
+@pytest.fixture
+def lab(tmp_path: Path) -> Iterator[Lab]:
+    """`jupyter lab` on 127.0.0.1, a free port, token auth, default settings."""
+    root = tmp_path / "root"
+    root.mkdir()
+    env = _home(tmp_path / "jupyter", root)
+    port, token = _free_port(), secrets.token_hex(16)
+    lab = Lab(f"http://127.0.0.1:{port}", token, root)
+    log = tmp_path / "jupyterlab.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "jupyterlab",
+                "--no-browser",
+                "--ServerApp.ip=127.0.0.1",
+                f"--ServerApp.port={port}",
+                "--ServerApp.port_retries=0",
+                f"--IdentityProvider.token={token}",
+                f"--ServerApp.root_dir={root}",
+                *(["--allow-root"] if os.geteuid() == 0 else []),
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=root,
+            start_new_session=True,
+        )
+    try:
+        _wait_for_server(lab, proc, log, timeout=60)
+        yield lab
+    finally:
+        _stop(proc, lab)
+
+
+def _run_all(page: Page) -> None:
+    """Run → Run All Cells, through the menu as a user does."""
+    page.get_by_role("menuitem", name="Run", exact=True).click()
+    page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
+
+
+def test_run_all_widget_follows_training_from_a_run_dir_that_does_not_exist_yet(
+    lab: Lab,
+) -> None:
+    """Run All on [widget on runs/x, which does not exist; train into runs/x]: the widget first
+    says it waits for the first event in runs/x (no red error), then, while the training cell
+    is still ``[*]``, shows the step rising; after the cell its checkpoint table lists every
+    save the run recorded."""
+    with sync_playwright() as p:
+        browser = launch_chromium(p)
+        try:
+            context = browser.new_context(viewport={"width": 1400, "height": 1000})
+
+            def offline(route: Route) -> None:
+                route.abort("internetdisconnected")
+
+            context.route(_external, offline)
+            page = context.new_page()
+            page.goto(f"{lab.url}/lab/tree/{NOTEBOOK}?token={lab.token}")
+            cells = page.locator(".jp-Notebook .jp-CodeCell")
+            expect(cells).to_have_count(2, timeout=60_000)
+            expect(page.get_by_text(f"{KERNEL} | Idle")).to_be_visible(timeout=60_000)
+            _run_all(page)
+            widget = cells.nth(0).locator(".jp-OutputArea")
+            expect(widget.get_by_role("button", name="Save now")).to_be_attached(timeout=60_000)
+            expect(widget).to_contain_text("waiting for the first event in runs/x")
+            prompt = cells.nth(1).locator(".jp-InputPrompt")
+            expect(prompt).to_contain_text("*", timeout=10_000)
+            seen: list[int] = []
+            while len(seen) < 3:
+                handle = page.wait_for_function(
+                    _LOOK_JS, arg=seen[-1] if seen else -1, timeout=60_000, polling=100
+                )
+                look = handle.json_value()
+                assert look["busy"], f"cell 2 finished first; steps seen while busy: {seen}"
+                seen.append(int(look["step"]))
+            expect(prompt).to_have_text("[2]:", timeout=120_000)
+            run = lab.root / "runs" / "x"
+            saved = [c for c in load_state(run).checkpoints.values() if c.status == "saved"]
+            assert saved
+            rows = widget.locator(".tabulator-row")
+            expect(rows).to_have_count(len(saved), timeout=20_000)
+            context.close()
+        finally:
+            browser.close()
