@@ -14,7 +14,7 @@ from ckptdash.dash.frames import NUMBER, TEXT, TIME, typed_frame
 from ckptdash.dash.model import DashModel
 from ckptdash.dash.snapshot import RunSnapshot
 from ckptdash.dash.text import relative
-from ckptdash.dash.views import HtmlPane
+from ckptdash.dash.views import HtmlPane, ReadOnlyTabulator
 
 SCHEMA: Final = {
     "step": NUMBER,
@@ -83,7 +83,7 @@ class CheckpointTable(pn.viewable.Viewer):  # type: ignore[misc]
         super().__init__(**params)
         self.model = model
         self.controls = controls
-        self.table = pn.widgets.Tabulator(
+        self.table = ReadOnlyTabulator(
             checkpoint_frame(None),
             show_index=False,
             selectable=1,

@@ -86,8 +86,10 @@ def relative(path: str, root: str) -> str:
     Checkpoint paths are recorded absolute and are long; inside one run's view the run
     directory is known, so ``checkpoints/step=37-signal.ckpt`` says it all.
     """
-    if not path or not root or os.path.isabs(path) != os.path.isabs(root):
+    if not path or not root:
         return path
+    if os.path.isabs(path) != os.path.isabs(root):  # runs/x given, /home/…/runs/x recorded
+        path, root = os.path.abspath(path), os.path.abspath(root)
     rel = os.path.relpath(path, root)
     return path if rel == ".." or rel.startswith(".." + os.sep) else rel
 

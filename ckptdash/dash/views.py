@@ -85,6 +85,20 @@ class HtmlPane(pn.pane.HTML):  # type: ignore[misc]
         model.update(text=self._get_properties(model.document)["text"])
 
 
+class ReadOnlyTabulator(pn.widgets.Tabulator):  # type: ignore[misc]
+    """A Tabulator whose rows only the server sets (``disabled``: no cell is editable).
+
+    The browser can still send its copy of the rows back with another event (a click's
+    batch); in a notebook that copy may predate rows the watcher's thread has just added, and
+    Panel's merge then fails in pandas ("Must have equal len keys and value") halfway through
+    the message, leaving a traceback in the output and the widget's document held. Rows the
+    user cannot edit have nothing to tell the server: the copy is ignored.
+    """
+
+    def _process_data(self, data: Any) -> None:
+        return None
+
+
 def html_pane(**params: Any) -> Any:
     """A full-width :class:`HtmlPane`."""
     return HtmlPane(sizing_mode="stretch_width", **params)
@@ -215,7 +229,7 @@ class RunList(pn.viewable.Viewer):  # type: ignore[misc]
         super().__init__(**params)
         self.model = model
         self._roots: list[str] = []
-        self._table = pn.widgets.Tabulator(
+        self._table = ReadOnlyTabulator(
             typed_frame([], self.SCHEMA),
             show_index=False,
             selectable=1,

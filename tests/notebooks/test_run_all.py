@@ -21,6 +21,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import nbformat
 import pytest
@@ -56,6 +57,8 @@ run_dir = Path("runs") / "x"
 ckptdash.dashboard(run_dir)"""
 
 NOTEBOOK = "mine.ipynb"
+QUICKSTART = "quickstart.ipynb"
+TRAIN_SECONDS = 18
 
 
 def _home(home: Path, root: Path) -> dict[str, str]:
@@ -75,7 +78,9 @@ def _home(home: Path, root: Path) -> dict[str, str]:
         "extension_manager": "readonly",
     }
     config.joinpath("jupyter_server_config.json").write_text(json.dumps({"LabApp": lab_app}))
-    train = TRAIN_CELL.replace("enable_checkpointing=False,", "").replace(
+    train = TRAIN_CELL.replace("enable_checkpointing=False,", "")
+    train = train.replace("timedelta(seconds=35)", f"timedelta(seconds={TRAIN_SECONDS})")
+    train = train.replace(
         "callbacks=[CkptDashCallback(run_dir, heartbeat_interval_s=0.5)],",
         "callbacks=[CkptDashCallback(run_dir, heartbeat_interval_s=0.5),"
         " L.callbacks.ModelCheckpoint(dirpath=run_dir / 'checkpoints',"
@@ -85,6 +90,9 @@ def _home(home: Path, root: Path) -> dict[str, str]:
     nb.metadata["kernelspec"] = {"name": KERNEL, "display_name": KERNEL, "language": "python"}
     nb.cells = [nbformat.v4.new_code_cell(WIDGET_CELL), nbformat.v4.new_code_cell(train)]
     nbformat.write(nb, root / NOTEBOOK)
+    quickstart = nbformat.read(REPO / "notebooks" / "quickstart.ipynb", as_version=4)
+    quickstart.metadata["kernelspec"] = nb.metadata["kernelspec"]
+    nbformat.write(quickstart, root / QUICKSTART)
     env = dict(os.environ)
     env.update(
         JUPYTER_PATH=str(home / "path"),
@@ -99,9 +107,11 @@ def _home(home: Path, root: Path) -> dict[str, str]:
     return env
 
 
-@pytest.fixture
-def lab(tmp_path: Path) -> Iterator[Lab]:
-    """`jupyter lab` on 127.0.0.1, a free port, token auth, default settings."""
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    """`jupyter lab` on 127.0.0.1, a free port, token auth, default settings, holding this
+    test's own notebook and a copy of the shipped quickstart."""
+    tmp_path = tmp_path_factory.mktemp("run-all")
     root = tmp_path / "root"
     root.mkdir()
     env = _home(tmp_path / "jupyter", root)
@@ -141,47 +151,90 @@ def _run_all(page: Page) -> None:
     page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
 
 
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """One headless chromium for the module."""
+    with sync_playwright() as p:
+        b = launch_chromium(p)
+        yield b
+        b.close()
+
+
+def _open(browser: Any, lab: Lab, notebook: str) -> tuple[Any, Page]:
+    """The notebook open in a new offline tab, its kernel idle; then Run All Cells."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+
+    def offline(route: Route) -> None:
+        route.abort("internetdisconnected")
+
+    context.route(_external, offline)
+    page = context.new_page()
+    # reset: a fresh workspace, or the previous test's notebook would open as well.
+    page.goto(f"{lab.url}/lab/tree/{notebook}?reset&token={lab.token}")
+    expect(page.locator(".jp-Notebook .jp-CodeCell").first).to_be_visible(timeout=60_000)
+    expect(page.get_by_text(f"{KERNEL} | Idle")).to_be_visible(timeout=60_000)
+    _run_all(page)
+    return context, page
+
+
+def _steps_rise_while_busy(page: Page) -> list[int]:
+    """Three increasing steps in the widget, each read while the training cell is ``[*]``."""
+    seen: list[int] = []
+    while len(seen) < 3:
+        handle = page.wait_for_function(
+            _LOOK_JS, arg=seen[-1] if seen else -1, timeout=60_000, polling=100
+        )
+        look = handle.json_value()
+        assert look["busy"], f"the training cell finished first; steps seen while busy: {seen}"
+        seen.append(int(look["step"]))
+    return seen
+
+
 def test_run_all_widget_follows_training_from_a_run_dir_that_does_not_exist_yet(
-    lab: Lab,
+    lab: Lab, browser: Any
 ) -> None:
     """Run All on [widget on runs/x, which does not exist; train into runs/x]: the widget first
     says it waits for the first event in runs/x (no red error), then, while the training cell
-    is still ``[*]``, shows the step rising; after the cell its checkpoint table lists every
-    save the run recorded."""
-    with sync_playwright() as p:
-        browser = launch_chromium(p)
-        try:
-            context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    is still ``[*]``, shows the step rising, and its Save now makes the training save (the
+    answer shows before the cell ends); after the cell its checkpoint table lists every save
+    the run recorded."""
+    context, page = _open(browser, lab, NOTEBOOK)
+    try:
+        cells = page.locator(".jp-Notebook .jp-CodeCell")
+        widget = cells.nth(0).locator(".jp-OutputArea")
+        expect(widget.get_by_role("button", name="Save now")).to_be_attached(timeout=60_000)
+        expect(widget).to_contain_text("waiting for the first event in runs/x")
+        expect(widget).not_to_contain_text("holds no ckptdash run")
+        prompt = cells.nth(1).locator(".jp-InputPrompt")
+        expect(prompt).to_contain_text("*", timeout=10_000)
+        _steps_rise_while_busy(page)
+        widget.get_by_role("button", name="Save now").click()
+        expect(widget.get_by_text("Save now applied")).to_be_visible(timeout=20_000)
+        expect(prompt).to_contain_text("*")
+        expect(prompt).to_have_text("[2]:", timeout=(TRAIN_SECONDS + 90) * 1000)
+        run = lab.root / "runs" / "x"
+        saved = [c for c in load_state(run).checkpoints.values() if c.status == "saved"]
+        assert any(c.trigger == "manual" for c in saved), saved
+        expect(widget.locator(".tabulator-row")).to_have_count(len(saved), timeout=20_000)
+        expect(widget).not_to_contain_text("Traceback")
+    finally:
+        context.close()
 
-            def offline(route: Route) -> None:
-                route.abort("internetdisconnected")
 
-            context.route(_external, offline)
-            page = context.new_page()
-            page.goto(f"{lab.url}/lab/tree/{NOTEBOOK}?token={lab.token}")
-            cells = page.locator(".jp-Notebook .jp-CodeCell")
-            expect(cells).to_have_count(2, timeout=60_000)
-            expect(page.get_by_text(f"{KERNEL} | Idle")).to_be_visible(timeout=60_000)
-            _run_all(page)
-            widget = cells.nth(0).locator(".jp-OutputArea")
-            expect(widget.get_by_role("button", name="Save now")).to_be_attached(timeout=60_000)
-            expect(widget).to_contain_text("waiting for the first event in runs/x")
-            prompt = cells.nth(1).locator(".jp-InputPrompt")
-            expect(prompt).to_contain_text("*", timeout=10_000)
-            seen: list[int] = []
-            while len(seen) < 3:
-                handle = page.wait_for_function(
-                    _LOOK_JS, arg=seen[-1] if seen else -1, timeout=60_000, polling=100
-                )
-                look = handle.json_value()
-                assert look["busy"], f"cell 2 finished first; steps seen while busy: {seen}"
-                seen.append(int(look["step"]))
-            expect(prompt).to_have_text("[2]:", timeout=120_000)
-            run = lab.root / "runs" / "x"
-            saved = [c for c in load_state(run).checkpoints.values() if c.status == "saved"]
-            assert saved
-            rows = widget.locator(".tabulator-row")
-            expect(rows).to_have_count(len(saved), timeout=20_000)
-            context.close()
-        finally:
-            browser.close()
+def test_run_all_on_the_shipped_quickstart_follows_the_training(lab: Lab, browser: Any) -> None:
+    """The quickstart as shipped, Run All: the widget's step rises while cell 2 trains, and
+    after it the table holds every checkpoint the run recorded."""
+    context, page = _open(browser, lab, QUICKSTART)
+    try:
+        cells = page.locator(".jp-Notebook .jp-CodeCell")
+        prompt = cells.nth(1).locator(".jp-InputPrompt")
+        expect(prompt).to_contain_text("*", timeout=60_000)
+        _steps_rise_while_busy(page)
+        expect(cells.nth(2).locator(".jp-InputPrompt")).to_have_text("[3]:", timeout=120_000)
+        (run,) = (lab.root / "runs").glob("quickstart-*")
+        saved = [c for c in load_state(run).checkpoints.values() if c.status == "saved"]
+        assert saved
+        widget = cells.nth(0).locator(".jp-OutputArea")
+        expect(widget.locator(".tabulator-row")).to_have_count(len(saved), timeout=20_000)
+    finally:
+        context.close()
