@@ -112,7 +112,7 @@ def widget_png(browser: Any, width: int) -> bytes:
         try:
             url = f"http://127.0.0.1:{port}"
             _wait_for_lab(url, token)
-            page = browser.new_page(viewport={"width": width, "height": 1100})
+            page = browser.new_page(viewport={"width": width, "height": 1450})
             page.goto(f"{url}/lab/tree/quickstart.ipynb?reset&token={token}")
             expect(page.get_by_text(f"{KERNEL} | Idle")).to_be_visible(timeout=120_000)
             page.get_by_role("menuitem", name="Run", exact=True).click()
@@ -122,8 +122,8 @@ def widget_png(browser: Any, width: int) -> bytes:
             widget = cells.nth(0).locator(".jp-OutputArea")
             # A few periodic saves in, while the cell still trains.
             expect(widget.locator(".tabulator-row")).to_have_count(3, timeout=120_000)
-            cells.nth(0).scroll_into_view_if_needed()
-            png = shrink(cells.nth(0).screenshot())
+            cells.nth(0).evaluate("cell => cell.scrollIntoView({block: 'start'})")
+            png = shrink(page.screenshot())
             page.close()
         finally:
             os.killpg(lab.pid, signal.SIGTERM)
@@ -147,6 +147,12 @@ def _lab_home(home: Path, root: Path) -> dict[str, str]:
         "extension_manager": "readonly",
     }
     config.joinpath("jupyter_server_config.json").write_text(json.dumps({"LabApp": lab_app}))
+    # No "get notified about Jupyter news?" toast over the picture.
+    notification = home / "settings" / "@jupyterlab" / "apputils-extension"
+    notification.mkdir(parents=True)
+    notification.joinpath("notification.jupyterlab-settings").write_text(
+        json.dumps({"fetchNews": "false", "checkForUpdates": False})
+    )
     nb = json.loads((ROOT / "notebooks" / "quickstart.ipynb").read_text())
     nb["metadata"]["kernelspec"] = {"name": KERNEL, "display_name": KERNEL, "language": "python"}
     (root / "quickstart.ipynb").write_text(json.dumps(nb))
