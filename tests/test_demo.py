@@ -15,7 +15,12 @@ from ckptdash.resume import load_state
 ENV = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
 
 
-def _demo(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+README = Path(__file__).parents[1] / "README.md"
+
+
+def _demo(
+    *args: str, timeout: float = 240, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "ckptdash", "demo", *args],
         capture_output=True,
@@ -23,7 +28,21 @@ def _demo(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
         timeout=timeout,
         check=False,
         env=ENV,
+        cwd=cwd,
     )
+
+
+def _shape(line: str) -> str:
+    """A line with its run id, numbers and spacing made generic (they differ run to run)."""
+    line = re.sub(r"\b[0-9a-f]{12}\b", "ID", line)
+    return " ".join(re.sub(r"\d+", "N", line).split())
+
+
+def _readme_block(marker: str, skip: int = 0) -> list[str]:
+    """The lines of the README's code block number ``skip`` (from 0) after ``marker``."""
+    text = README.read_text()
+    blocks = re.findall(r"```[a-z]*\n(.*?)```", text[text.index(marker) :], flags=re.S)
+    return str(blocks[skip]).splitlines()
 
 
 def test_demo_shows_preemption_signal_save_requeue_kill_and_resume(tmp_path: Path) -> None:
@@ -31,11 +50,12 @@ def test_demo_shows_preemption_signal_save_requeue_kill_and_resume(tmp_path: Pat
     prints the dashboard's URL before it trains, then: attempt 0 is preempted, saves on the
     signal, is requeued; attempt 1 resumes from that checkpoint and is killed without warning;
     attempt 2 resumes from the newest valid checkpoint and finishes at exactly the requested
-    step. --exit-when-done ends it with the training."""
+    step. --exit-when-done ends it with the training. What it and `ckptdash status` print
+    is what the README's sample output shows."""
     run = tmp_path / "runs" / "demo"
     proc = _demo(
         "--run-dir",
-        str(run),
+        "runs/demo",
         "--steps",
         "150",
         "--preempt-every",
@@ -47,6 +67,7 @@ def test_demo_shows_preemption_signal_save_requeue_kill_and_resume(tmp_path: Pat
         "--port",
         "0",
         "--exit-when-done",
+        cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
@@ -70,6 +91,26 @@ def test_demo_shows_preemption_signal_save_requeue_kill_and_resume(tmp_path: Pat
     assert last.resumed_from is not None
     assert state.checkpoints[last.resumed_from].step >= signal_ckpt.step
     assert (last.outcome, last.step) == ("finished", 150)
+
+    # The README's sample output is what the demo and `ckptdash status` print (numbers,
+    # ids and table rows aside): its own lines, and the status lines that name no checkpoint.
+    printed = {_shape(line) for line in out.replace("\r", "\n").splitlines()}
+    said = [s for s in _readme_block("`make demo` prints") if s.startswith("ckptdash demo")]
+    assert len(said) >= 6
+    assert [s for s in said if _shape(s) not in printed] == []
+    status = subprocess.run(
+        [sys.executable, "-m", "ckptdash", "status", "runs/demo"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=ENV,
+        cwd=tmp_path,
+    ).stdout
+    shown = {_shape(line) for line in status.splitlines()}
+    sample = _readme_block("Then, in another terminal:", skip=1)
+    sample = [s for s in sample if s and not s[0].isdigit() and s != "..."]
+    assert len(sample) >= 8
+    assert [s for s in sample if _shape(s) not in shown] == []
 
 
 def test_the_default_demo_lasts_about_a_minute_with_two_preemptions_and_a_kill() -> None:
