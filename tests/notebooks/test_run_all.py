@@ -19,6 +19,7 @@ import os
 import secrets
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -107,23 +108,21 @@ def _home(home: Path, root: Path) -> dict[str, str]:
     return env
 
 
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    """`jupyter lab` on 127.0.0.1, a free port, token auth, default settings, holding this
-    test's own notebook and a copy of the shipped quickstart."""
-    tmp_path = tmp_path_factory.mktemp("run-all")
+def _serve(tmp_path: Path, app: str) -> Iterator[Lab]:
+    """``python -m APP`` (jupyterlab or notebook) on 127.0.0.1, a free port, token auth,
+    default settings, holding this test's own notebook and a copy of the shipped quickstart."""
     root = tmp_path / "root"
     root.mkdir()
     env = _home(tmp_path / "jupyter", root)
     port, token = _free_port(), secrets.token_hex(16)
     lab = Lab(f"http://127.0.0.1:{port}", token, root)
-    log = tmp_path / "jupyterlab.log"
+    log = tmp_path / f"{app}.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
             [
                 sys.executable,
                 "-m",
-                "jupyterlab",
+                app,
                 "--no-browser",
                 "--ServerApp.ip=127.0.0.1",
                 f"--ServerApp.port={port}",
@@ -145,6 +144,18 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         _stop(proc, lab)
 
 
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    """JupyterLab 4 with its default settings."""
+    yield from _serve(tmp_path_factory.mktemp("run-all-lab"), "jupyterlab")
+
+
+@pytest.fixture(scope="module")
+def nb7(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    """Notebook 7 (the classic notebook's successor, built on JupyterLab's parts)."""
+    yield from _serve(tmp_path_factory.mktemp("run-all-nb7"), "notebook")
+
+
 def _run_all(page: Page) -> None:
     """Run → Run All Cells, through the menu as a user does."""
     page.get_by_role("menuitem", name="Run", exact=True).click()
@@ -160,7 +171,14 @@ def browser() -> Iterator[Any]:
         b.close()
 
 
-def _open(browser: Any, lab: Lab, notebook: str) -> tuple[Any, Page]:
+def _kernel_idle(lab: Lab, notebook: str) -> bool:
+    """Whether the notebook's own kernel has started and is idle (asked of the server)."""
+    sessions = lab.api("GET", "/api/sessions")
+    states = [s["kernel"]["execution_state"] for s in sessions if s["path"] == notebook]
+    return states == ["idle"]
+
+
+def _open(browser: Any, lab: Lab, notebook: str, *, nb7: bool = False) -> tuple[Any, Page]:
     """The notebook open in a new offline tab, its kernel idle; then Run All Cells."""
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
 
@@ -169,10 +187,16 @@ def _open(browser: Any, lab: Lab, notebook: str) -> tuple[Any, Page]:
 
     context.route(_external, offline)
     page = context.new_page()
-    # reset: a fresh workspace, or the previous test's notebook would open as well.
-    page.goto(f"{lab.url}/lab/tree/{notebook}?reset&token={lab.token}")
+    if nb7:
+        page.goto(f"{lab.url}/notebooks/{notebook}?token={lab.token}")
+    else:  # reset: a fresh workspace, or the previous test's notebook would open as well
+        page.goto(f"{lab.url}/lab/tree/{notebook}?reset&token={lab.token}")
     expect(page.locator(".jp-Notebook .jp-CodeCell").first).to_be_visible(timeout=60_000)
-    expect(page.get_by_text(f"{KERNEL} | Idle")).to_be_visible(timeout=60_000)
+    # A cell run while the kernel still starts is dropped, not queued.
+    deadline = time.monotonic() + 60
+    while not _kernel_idle(lab, notebook):
+        assert time.monotonic() < deadline, "the kernel did not become idle"
+        page.wait_for_timeout(200)  # polling the server's REST API; nothing to wait on
     _run_all(page)
     return context, page
 
@@ -190,15 +214,8 @@ def _steps_rise_while_busy(page: Page) -> list[int]:
     return seen
 
 
-def test_run_all_widget_follows_training_from_a_run_dir_that_does_not_exist_yet(
-    lab: Lab, browser: Any
-) -> None:
-    """Run All on [widget on runs/x, which does not exist; train into runs/x]: the widget first
-    says it waits for the first event in runs/x (no red error), then, while the training cell
-    is still ``[*]``, shows the step rising, and its Save now makes the training save (the
-    answer shows before the cell ends); after the cell its checkpoint table lists every save
-    the run recorded."""
-    context, page = _open(browser, lab, NOTEBOOK)
+def _follows_from_a_new_run_dir(lab: Lab, browser: Any, *, nb7: bool = False) -> None:
+    context, page = _open(browser, lab, NOTEBOOK, nb7=nb7)
     try:
         cells = page.locator(".jp-Notebook .jp-CodeCell")
         widget = cells.nth(0).locator(".jp-OutputArea")
@@ -219,6 +236,22 @@ def test_run_all_widget_follows_training_from_a_run_dir_that_does_not_exist_yet(
         expect(widget).not_to_contain_text("Traceback")
     finally:
         context.close()
+
+
+def test_run_all_widget_follows_training_from_a_run_dir_that_does_not_exist_yet(
+    lab: Lab, browser: Any
+) -> None:
+    """Run All on [widget on runs/x, which does not exist; train into runs/x]: the widget first
+    says it waits for the first event in runs/x (no red error), then, while the training cell
+    is still ``[*]``, shows the step rising, and its Save now makes the training save (the
+    answer shows before the cell ends); after the cell its checkpoint table lists every save
+    the run recorded."""
+    _follows_from_a_new_run_dir(lab, browser)
+
+
+def test_run_all_in_notebook_7_follows_training_too(nb7: Lab, browser: Any) -> None:
+    """The same notebook and checks in Notebook 7 (Run → Run All Cells)."""
+    _follows_from_a_new_run_dir(nb7, browser, nb7=True)
 
 
 def test_run_all_on_the_shipped_quickstart_follows_the_training(lab: Lab, browser: Any) -> None:
