@@ -172,3 +172,32 @@ def test_a_click_that_is_answered_at_once_is_shown_answered(
     with EventWriter(root, attempt=0, host="n0") as w:
         w.emit(events.Heartbeat, step=7, t=time.time())
     wait_until(lambda: "applied" in live.controls.message.object, timeout=10, what="the answer")
+
+
+def test_a_notebook_delivery_keeps_the_newest_value_until_the_widgets_comms_open() -> None:
+    """In a notebook Panel drops a change it cannot send yet (the widget's comm not open,
+    as under Run All until the front end's comm_open is handled), and never sends it again:
+    so values wait, the newest kept, and the first one after the comm opens is applied."""
+    from ckptdash.dash.delivery import Delivery
+
+    applied: list[int] = []
+    is_open = [False]
+    delivery: Delivery[int] = Delivery(applied.append, None, gate=lambda: is_open[0])
+    delivery(1)
+    delivery(2)
+    assert applied == []
+    is_open[0] = True
+    delivery(3)
+    assert applied == [3]
+
+
+def test_comm_opening_off_the_main_thread_needs_a_kernel_with_a_shell_channel_thread() -> None:
+    """Outside ipykernel ≥ 7 (no shell-channel thread, no subshells) nothing is changed and
+    the caller is told so: comm_open stays with the kernel's main thread."""
+    from ckptdash.dash.kernelcomms import open_off_main_thread
+
+    class OldKernel:
+        comm_manager = object()
+        _supports_kernel_subshells = False
+
+    assert open_off_main_thread(OldKernel(), ["target-1"]) is False
