@@ -11,6 +11,7 @@ from bokeh.models.widgets.tables import DateFormatter, HTMLTemplateFormatter, Nu
 
 from ckptdash.dash.controls import Controls, button
 from ckptdash.dash.frames import NUMBER, TEXT, TIME, typed_frame
+from ckptdash.dash.metrics_plot import metrics_at_save
 from ckptdash.dash.model import DashModel
 from ckptdash.dash.snapshot import RunSnapshot
 from ckptdash.dash.text import relative
@@ -27,6 +28,7 @@ SCHEMA: Final = {
     "resume": TEXT,
     "attempt": NUMBER,
     "file": TEXT,
+    "metrics": TEXT,
     "path": TEXT,
 }
 
@@ -63,6 +65,7 @@ def checkpoint_frame(snap: RunSnapshot | None) -> pd.DataFrame:
                 "resume": " ".join(marks),
                 "attempt": c.attempt,
                 "file": relative(c.path, snap.root),
+                "metrics": metrics_at_save(snap, c),  # the heartbeat nearest the save's step
                 "path": c.path,
             }
         )
