@@ -74,7 +74,10 @@ def dashboard_png(browser: Any, width: int) -> bytes:
             _wait(8.0)  # some steps into the last attempt: its band and progress line show
             page.locator(".tabulator-row").first.wait_for(timeout=30_000)
             page.locator("canvas").first.wait_for(timeout=30_000)
-            png = shrink(page.screenshot(full_page=True))
+            # The whole page, but only as wide as the window (a wide plot may overflow it).
+            height = page.evaluate("() => document.documentElement.scrollHeight")
+            clip = {"x": 0, "y": 0, "width": width, "height": height}
+            png = shrink(page.screenshot(full_page=True, clip=clip))
             page.close()
             demo.join(timeout=300)
         os.chdir(ROOT)
