@@ -194,6 +194,20 @@ def _fit_blocks(rounds: int, block: int, warmup: int) -> BlockToggler:
     return toggler
 
 
+def _pulse_tick_us(session: Session) -> float:
+    """The pulse thread's work per tick, timed directly (what it takes from training)."""
+    pulser = session._pulser
+    if pulser is None:
+        raise AssertionError("the session has no pulse thread (pulse_interval_s = 0?)")
+    per_tick = []
+    for _ in range(5):
+        start = time.perf_counter()
+        for _ in range(1000):
+            pulser.tick()
+        per_tick.append((time.perf_counter() - start) / 1000)
+    return median(per_tick) * 1e6
+
+
 class _Empty:
     def boundary(
         self, step: int, epoch: int | None = None, metrics: dict[str, Any] | None = None
@@ -249,6 +263,7 @@ def run(quick: bool) -> list[Row]:
             },
             call_reps,
         )
+        pulse_us = _pulse_tick_us(session)
         session.close()
     cost = {k: median(v) for k, v in ns.items()}
     ratio = paired(fits["with"], fits["without"])
@@ -289,6 +304,17 @@ def run(quick: bool) -> list[Row]:
             f" {metrics_us:.1f} µs)",
             f"{bms['none'] * 1e3:.0f} µs (one step, no callback)",
             check_us / (bms["none"] * 1e3),
+        ),
+        Row(
+            "pulse: one tick of a rank's pulse thread (a pulse event appended, no fsync),"
+            " µs/tick (5 × 1000 ticks, median; ratio: the share of a second it holds the"
+            " interpreter at the default pulse_interval_s = 1 s; it runs besides the steps,"
+            " never in them)",
+            f"{pulse_us:.1f} µs",
+            "1 s (the pulse period)",
+            1.0 + pulse_us * 1e-6,
+            "≤ 1.005×",
+            pulse_us * 1e-6 <= 0.005,
         ),
         Row(
             f"Session.boundary() no-op path, ns/call ({calls:,} calls × {call_reps}, median)",

@@ -10,6 +10,8 @@
     ckptdash resume RUN_DIR [--pin PATH|--clear]
     ckptdash demo                            a small real run: preemptions, a kill, resumes
     ckptdash serve PATH [--port N]           the live dashboard in a browser tab
+    ckptdash watch PATH [--on hung=requeue]  raise health alerts, notify, act (docs/health.md)
+    ckptdash health RUN_DIR [--set K=V]      alerts and health thresholds of a run
 
 Every user error is one line on stderr saying what is wrong and how to fix it,
 and exit status 2; never a traceback.
@@ -27,7 +29,7 @@ from typing import Any
 
 import msgspec
 
-from ckptdash import __version__, control, slurm_admin
+from ckptdash import __version__, control, health_cli, slurm_admin
 from ckptdash.demo import DEFAULT_STEPS
 from ckptdash.errors import CkptDashError
 from ckptdash.records import AttemptInfo
@@ -103,6 +105,7 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="do not ask SLURM for its view of the run's job (scontrol show job)",
     )
+    health_cli.add_threshold_options(s)
     s.set_defaults(func=_status)
 
     s = sub.add_parser(
@@ -244,6 +247,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--stale-after", type=float, default=120.0, help="seconds (%(default)s)")
     s.add_argument("--show", action="store_true", help="open a browser tab")
     s.set_defaults(func=_serve)
+    health_cli.add_commands(sub)
     return p
 
 
@@ -256,8 +260,9 @@ def _status(args: argparse.Namespace) -> int:
     views = [None] * len(states) if args.no_scheduler else scheduler_views(states)
     if args.json:
         dicts = []
-        for state, view in zip(states, views, strict=True):
+        for run, state, view in zip(runs, states, views, strict=True):
             d = state.to_dict()
+            d["alerts"] = health_cli.alerts_of(run, state, args)
             if view is not None:
                 d["scheduler"] = view
             dicts.append(d)
@@ -268,8 +273,13 @@ def _status(args: argparse.Namespace) -> int:
         return 0
     if len(runs) == 1 and runs[0].root == Path(args.path):
         print(render_status(runs[0], states[0], scheduler=views[0]))
+        for alert in health_cli.alerts_of(runs[0], states[0], args):
+            print(f"ALERT {alert['kind']}: {alert['detail']}")
     else:
         print(render_run_lines(runs, states))
+        for run, state in zip(runs, states, strict=True):
+            for alert in health_cli.alerts_of(run, state, args):
+                print(f"ALERT {run.root.name} {alert['kind']}: {alert['detail']}")
         print(f"\n{len(runs)} run(s); `ckptdash status {runs[0].root}` shows one in full")
     return 0
 

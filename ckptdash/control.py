@@ -398,6 +398,7 @@ def update_settings(
     *,
     requeue_suspended: bool | None = None,
     resume_pin: str | _Unset | None = UNSET,
+    health: dict[str, float] | None = None,
     author: str | None = None,
     now: float | None = None,
 ) -> Settings:
@@ -435,6 +436,8 @@ def update_settings(
             changes["requeue_suspended"] = requeue_suspended
         if resume_pin is not UNSET:
             changes["resume_pin"] = resume_pin
+        if health is not None:  # the whole mapping: the caller merged and validated it
+            changes["health"] = dict(sorted(health.items()))
         new = msgspec.structs.replace(current, **changes)
         data = encode_settings(new)
         try:  # strict writer: never leave a file that read_settings() would refuse

@@ -227,6 +227,52 @@ class AnomalyDetected(Event, frozen=True, tag="anomaly"):
     pinned: str | None = None
 
 
+# --- health (every rank's pulse; alerts and what was done about them) -----------------------
+
+
+class Pulse(Event, frozen=True, tag="pulse"):
+    """A rank is alive and at ``step``: written by every rank about once a second, no fsync.
+
+    The ``step`` field of the envelope carries the progress; a pulse whose step did not
+    change since the last one says "alive but not advancing" (a hang, not a crash).
+    """
+
+
+class AlertRaised(Event, frozen=True, tag="alert_raised"):
+    """A health detector fired (see ``docs/health.md``): ``alert`` is the detector's name.
+
+    ``source`` is ``watch`` (a ``ckptdash watch`` process) or ``job`` (the training
+    process's own watchdog); ``who`` names the user and host (and rank) that recorded it.
+    """
+
+    alert: NonEmptyStr
+    since: NonNegFloat
+    detail: str = ""
+    source: str = "watch"
+    who: str = ""
+
+
+class AlertCleared(Event, frozen=True, tag="alert_cleared"):
+    """An alert raised earlier by the same ``source`` no longer holds."""
+
+    alert: NonEmptyStr
+    detail: str = ""
+    source: str = "watch"
+    who: str = ""
+
+
+class ActionTaken(Event, frozen=True, tag="action_taken"):
+    """A rule acted on an alert (``--on hung=requeue``): the command run and its result."""
+
+    alert: NonEmptyStr
+    action: NonEmptyStr
+    command: str
+    ok: bool
+    result: str = ""
+    source: str = "watch"
+    who: str = ""
+
+
 AnyEvent: TypeAlias = (
     RunStarted
     | RunResumed
@@ -247,6 +293,10 @@ AnyEvent: TypeAlias = (
     | CommandExpired
     | ExceptionRaised
     | AnomalyDetected
+    | Pulse
+    | AlertRaised
+    | AlertCleared
+    | ActionTaken
 )
 
 EVENT_TYPES: Final[tuple[type[Event], ...]] = get_args(AnyEvent)
@@ -276,6 +326,9 @@ DURABLE_KINDS: Final = frozenset(
         "command_expired",
         "exception",
         "anomaly",
+        "alert_raised",
+        "alert_cleared",
+        "action_taken",
     }
 )
 
@@ -461,6 +514,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     v: int = FORMAT_VERSION
     requeue_suspended: bool = False
     resume_pin: str | None = None
+    health: dict[str, float] = msgspec.field(default_factory=dict)
+    """Health thresholds of this run by name (``ckptdash health RUN --set NAME=VALUE``)."""
     updated_at: NonNegFloat = 0.0
     updated_by: str = ""
 

@@ -202,3 +202,37 @@ class AnomalyInfo:
     reason: str
     action: str
     pinned: str | None
+
+
+@dataclass
+class RankInfo:
+    """One rank of one attempt, from its pulses (and its other events).
+
+    ``last_seen`` is the time of its latest event of any kind (its own host's clock);
+    ``step_since`` the earliest time it was seen at ``step``: how long it has been stuck
+    there is ``last_seen - step_since`` on its own clock, whatever the other hosts' clocks say.
+    """
+
+    rank: int
+    host: str
+    last_seen: float | None
+    step: int | None
+    step_since: float | None
+    pulses: bool
+
+
+@dataclass
+class AlertRecord:
+    """An ``alert_raised`` / ``alert_cleared`` / ``action_taken`` event, as the log has it."""
+
+    t: float
+    event: str
+    alert: str
+    attempt: int
+    source: str
+    who: str
+    detail: str = ""
+    since: float | None = None
+    action: str = ""
+    command: str = ""
+    ok: bool | None = None

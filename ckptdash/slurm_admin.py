@@ -311,6 +311,13 @@ def mirror_requeue(job_id: str, allowed: bool, *, runner: Runner | None = None) 
     return f"slurm job {job_id}: Requeue={flag} ({view.describe()})"
 
 
+def run_command(argv: list[str], job_id: str, *, runner: Runner | None = None) -> str:
+    """Run one SLURM command about ``job_id`` (``ckptdash watch``'s actions: ``scontrol
+    requeue``, ``scancel``, ``scontrol requeuehold``); its output, or :class:`SlurmError`
+    naming the command, its exit status and SLURM's answer."""
+    return _must(argv, runner, check_job_id(job_id))
+
+
 # --- running commands ------------------------------------------------------------------------
 
 

@@ -31,8 +31,9 @@ from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias, cast
 import msgspec
 
 from ckptdash import events as ev_
-from ckptdash.events import BadLine, Event, Heartbeat
+from ckptdash.events import BadLine, Event, Heartbeat, Pulse
 from ckptdash.records import (
+    AlertRecord,
     AnomalyInfo,
     AttemptInfo,
     AttemptTimes,
@@ -42,6 +43,7 @@ from ckptdash.records import (
     ExceptionInfo,
     MetricPoint,
     Progress,
+    RankInfo,
     RequeueInfo,
     SignalInfo,
 )
@@ -74,6 +76,9 @@ def _key(event: Event) -> Key:
 # --- accumulators (private; order-independent by construction) --------------------------------
 
 
+_NO_METRICS: Final = msgspec.Raw(b"{}")
+
+
 class _Series:
     """Earliest (t, step) per time bucket, with its heartbeat's metrics; the bucket width
     doubles to stay under a cap. The metrics are copied: a heartbeat read from a file is a view
@@ -87,7 +92,7 @@ class _Series:
         # The bucket the last point fell in: a heartbeat later than its minimum changes nothing.
         self.lo = self.hi = self.min_t = 0.0
 
-    def add(self, t: float, step: int | None, hb: Heartbeat) -> None:
+    def add(self, t: float, step: int | None, metrics: msgspec.Raw) -> None:
         if step is None:
             return
         b = t // self.width
@@ -95,9 +100,9 @@ class _Series:
         if (
             old is None
             or (t, step) < old[:2]
-            or ((t, step) == old[:2] and bytes(hb.metrics) > bytes(old[2]))  # order-independent
+            or ((t, step) == old[:2] and bytes(metrics) > bytes(old[2]))  # order-independent
         ):
-            self.buckets[b] = (t, step, hb.metrics.copy())
+            self.buckets[b] = (t, step, metrics.copy())
             while len(self.buckets) > SERIES_POINTS:
                 self.width *= 2  # powers of two: bucket floor(t/2w) is the union of two old ones
                 merged: dict[float, tuple[float, int, msgspec.Raw]] = {}
@@ -126,11 +131,14 @@ class _Stream:
         "first_t",
         "hb",
         "hb_t",
+        "host",
         "last_save_t",
         "last_t",
         "max_step",
+        "pulse_step",
         "save_s",
         "series",
+        "step_t",
     )
 
     def __init__(self, series: _Series | None) -> None:
@@ -143,6 +151,22 @@ class _Stream:
         self.first_hb_t = self.first_t = self.first_save_t = math.inf
         self.save_s: list[float] = []
         self.last_save_t = _NEG_INF
+        self.host = ""
+        # Pulses: the highest step seen and the earliest time it was seen (order-independent).
+        self.pulse_step = -1
+        self.step_t = math.inf
+
+    def pulse(self, ev: Pulse) -> None:
+        t, step = ev.t, -1 if ev.step is None else ev.step
+        if t > self.last_t:
+            self.last_t = t
+            self.host = ev.host
+        if step > self.pulse_step:
+            self.pulse_step, self.step_t = step, t
+        elif step == self.pulse_step and t < self.step_t:
+            self.step_t = t
+        if step > self.max_step:
+            self.max_step = step
 
     def tie(self, hb: Heartbeat) -> None:
         """Two heartbeats at one time: keep the greater bytes, whichever came first."""
@@ -151,12 +175,15 @@ class _Stream:
 
 
 class _Attempt:
-    __slots__ = ("end", "info", "resume", "series", "start", "streams")
+    __slots__ = ("end", "info", "pulses", "resume", "series", "start", "streams")
 
     def __init__(self, attempt: int) -> None:
         self.info = AttemptInfo(attempt)
         self.streams: dict[int, _Stream] = {}
         self.series = _Series()
+        # Rank 0's pulses, thinned apart from the heartbeats: a pulse has no metrics, and in
+        # one series its 1 Hz points would push the heartbeats' metrics out of every bucket.
+        self.pulses = _Series()
         # Chosen among ranks by (rank, t): rank 0's word wins; the earliest start, the last end
         # (but the first run_failed of any rank, see _on_run_ended).
         self.start: tuple[tuple[int, Key], ev_.RunStarted] | None = None
@@ -196,6 +223,10 @@ _CKPT_SLOT: Final = {
     "checkpoint_invalid": "gone",
 }
 _COMMAND_OUTCOMES: Final = {"command_applied", "command_rejected", "command_expired"}
+_ALERT_KINDS: Final = frozenset({"alert_raised", "alert_cleared", "action_taken"})
+SAVE_OUTCOMES: Final = 16
+SaveOutcome: TypeAlias = tuple[float, bool, int, str]
+"""One save's outcome: (t, saved?, attempt, error of a failed save)."""
 
 
 # --- the state ---------------------------------------------------------------------------------
@@ -240,6 +271,12 @@ class RunState:
         self._lists_dirty = False
         self._bad_heap: list[tuple[str, int, str, str]] = []
         self._decoded: dict[int, tuple[msgspec.Raw, MetricPoint]] = {}
+        self.alert_log: list[AlertRecord] = []
+        """Alerts raised and cleared, and actions taken (``ckptdash watch``, the job's watchdog)."""
+        # The latest pulse, keyed like ``_best_hb``: the 1 Hz progress the views show.
+        self._best_pulse: tuple[tuple[bool, float, int, int], Pulse] | None = None
+        # The latest save outcomes by event key (True: saved), for ``checkpoint_failures``.
+        self._save_outcomes: list[tuple[Key, SaveOutcome]] = []
 
     # --- input -------------------------------------------------------------------------------
 
@@ -270,10 +307,11 @@ class RunState:
 
     @property
     def series(self) -> dict[int, list[tuple[float, int]]]:
-        """Per attempt, the thinned (t, step) points of its rank-0 heartbeats."""
+        """Per attempt, the thinned (t, step) points of its rank-0 heartbeats and pulses."""
         out = {}
         for n in sorted(self._attempts):
-            points = self._attempts[n].series.points()
+            a = self._attempts[n]
+            points = sorted(a.series.points() + a.pulses.points())
             if points:
                 out[n] = points
         return out
@@ -347,12 +385,47 @@ class RunState:
             "exceptions": [asdict(x) for x in self.exceptions],
             "anomalies": [asdict(x) for x in self.anomalies],
             "commands": {i: asdict(self.commands[i]) for i in sorted(self.commands)},
+            "ranks": {
+                str(n): [asdict(r) for r in self.rank_info(n)] for n in sorted(self._attempts)
+            },
+            "alert_log": [asdict(x) for x in self.alert_log],
         }
+
+    def rank_info(self, attempt: int) -> list[RankInfo]:
+        """Every rank of ``attempt`` that wrote anything, by rank: host, last seen, step."""
+        a = self._attempts.get(attempt)
+        if a is None:
+            return []
+        out = []
+        for rank in sorted(a.streams):
+            s = a.streams[rank]
+            last = max(s.last_t, s.hb_t)
+            step = max(s.max_step, _opt(None if s.hb is None else s.hb.step))
+            host = s.host or (s.hb.host if s.hb is not None else "")
+            if not host and rank == 0 and a.start is not None:
+                host = a.start[1].host
+            out.append(
+                RankInfo(
+                    rank,
+                    host,
+                    None if last == _NEG_INF else last,
+                    None if step < 0 else step,
+                    None if s.step_t == math.inf else s.step_t,
+                    s.step_t != math.inf,
+                )
+            )
+        return out
+
+    def save_outcomes(self) -> list[SaveOutcome]:
+        """The latest save outcomes, oldest first: (t, saved?, attempt, error); at most 16."""
+        return [out for _, out in sorted(self._save_outcomes)]
 
     # --- the hot path ------------------------------------------------------------------------
 
     def _apply_events(self, events: Iterable[Event]) -> None:
         hb_cls = Heartbeat
+        pulse_cls = Pulse
+        n_pulse = 0
         other = self._apply_other
         attempt = rank = -1
         s = _Stream(None)
@@ -374,9 +447,15 @@ class RunState:
                 if t < s.first_hb_t:
                     s.first_hb_t = t
                 if series is not None and not (series.lo <= t < series.hi and t > series.min_t):
-                    series.add(t, ev.step, ev)
+                    series.add(t, ev.step, ev.metrics)
+            elif type(ev) is pulse_cls:
+                n_pulse += 1
+                self._apply_pulse(ev)
             else:
                 other(ev)
+        if n_pulse:
+            self.event_counts["pulse"] = self.event_counts.get("pulse", 0) + n_pulse
+            self.events_total += n_pulse
         if n_hb:
             self.event_counts["heartbeat"] = self.event_counts.get("heartbeat", 0) + n_hb
             self.events_total += n_hb
@@ -391,12 +470,30 @@ class RunState:
             s = a.streams[rank] = _Stream(a.series if rank == 0 else None)
         return s
 
+    def _apply_pulse(self, ev: Pulse) -> None:
+        s = self._stream(ev.attempt, ev.rank)
+        s.pulse(ev)
+        t = ev.t
+        if ev.rank == 0:
+            series = self._attempts[ev.attempt].pulses
+            if not (series.lo <= t < series.hi and t > series.min_t):
+                series.add(t, ev.step, _NO_METRICS)
+        key = (ev.rank == 0, t, -ev.rank, ev.attempt)
+        best = self._best_pulse
+        if best is None or key > best[0] or (key == best[0] and _encode(ev) > _encode(best[1])):
+            self._best_pulse = (key, ev)
+            self._progress_dirty = True
+
     # --- everything else ---------------------------------------------------------------------
 
     def _apply_other(self, ev: Event) -> None:
         kind = ev.KIND
         self.event_counts[kind] = self.event_counts.get(kind, 0) + 1
         self.events_total += 1
+        if kind in _ALERT_KINDS:
+            # Written by watchers too: never a sign of life or progress of the attempt.
+            self._on_alert(ev)
+            return
         s = self._stream(ev.attempt, ev.rank)
         s.last_t = max(s.last_t, ev.t)
         s.first_t = min(s.first_t, ev.t)
@@ -444,6 +541,14 @@ class RunState:
         old = c.latest.get(slot)
         if old is None or k > old[0]:
             c.latest[slot] = (k, ev)
+        if slot in ("saved", "failed"):
+            outcomes = self._save_outcomes
+            error = ev.error if isinstance(ev, ev_.CheckpointFailed) else ""
+            item = (k, (ev.t, slot == "saved", ev.attempt, error))
+            if len(outcomes) < SAVE_OUTCOMES:
+                heapq.heappush(outcomes, item)
+            else:
+                heapq.heappushpop(outcomes, item)  # keeps the latest
         if slot == "saved":
             c.saves += 1
             if c.saves > 1:
@@ -451,6 +556,19 @@ class RunState:
         elif slot == "started":
             bisect.insort(c.starts, ev.t)
         self._dirty_checkpoints.add(path)
+
+    def _on_alert(self, ev: Event) -> None:
+        if isinstance(ev, ev_.AlertRaised):
+            rec = AlertRecord(ev.t, ev.KIND, ev.alert, ev.attempt, ev.source, ev.who, ev.detail)
+            rec.since = ev.since
+        elif isinstance(ev, ev_.AlertCleared):
+            rec = AlertRecord(ev.t, ev.KIND, ev.alert, ev.attempt, ev.source, ev.who, ev.detail)
+        else:
+            assert isinstance(ev, ev_.ActionTaken)
+            rec = AlertRecord(ev.t, ev.KIND, ev.alert, ev.attempt, ev.source, ev.who, ev.result)
+            rec.action, rec.command, rec.ok = ev.action, ev.command, ev.ok
+        self.alert_log.append(rec)
+        self._lists_dirty = True
 
     def _on_signal(self, ev: ev_.SignalReceived, k: Key) -> None:
         self.signals.append(SignalInfo(ev.t, ev.attempt, ev.rank, ev.step, ev.signal, ev.action))
@@ -544,6 +662,7 @@ class RunState:
             self.requeues.sort(key=_requeue_key)
             self.exceptions.sort(key=_exception_key)
             self.anomalies.sort(key=lambda x: (x.t, x.attempt, repr(x)))
+            self.alert_log.sort(key=_alert_key)
             self._lists_dirty = False
         if not self._run_id_given:
             self.run_id = self._derive_run_id()
@@ -612,22 +731,33 @@ class RunState:
         hb = None if self._best_hb is None else self._best_hb[1]
         other = self._best_other
         if hb is None:
-            if other is None:
+            if other is None and self._best_pulse is None:
                 return
-            o = other[1]
-            self.progress = Progress(o.t, o.attempt, o.rank, o.step, None, None, {})
-            return
-        metrics = dict(sorted(ev_.decode_metrics(hb.metrics).items()))
-        p = Progress(hb.t, hb.attempt, hb.rank, hb.step, hb.epoch, hb.time_left_s, metrics)
-        if other is not None:
-            o = other[1]
-            if o.t > hb.t and (o.rank == 0 or hb.rank != 0):
-                p.t, p.attempt, p.rank, p.step = o.t, o.attempt, o.rank, o.step
+            o = other[1] if other is not None else self._best_pulse[1]  # type: ignore[index]
+            if o.step is None and other is None:
+                return
+            p = Progress(o.t, o.attempt, o.rank, o.step, None, None, {})
+        else:
+            metrics = dict(sorted(ev_.decode_metrics(hb.metrics).items()))
+            p = Progress(hb.t, hb.attempt, hb.rank, hb.step, hb.epoch, hb.time_left_s, metrics)
+            if other is not None:
+                o = other[1]
+                if o.t > hb.t and (o.rank == 0 or p.rank != 0):
+                    p.t, p.attempt, p.rank, p.step = o.t, o.attempt, o.rank, o.step
+        if self._best_pulse is not None:
+            # The pulse (about 1 Hz, every rank) is the freshest word on the step.
+            pl = self._best_pulse[1]
+            if pl.t > p.t and pl.step is not None and (pl.rank == 0 or p.rank != 0):
+                p.t, p.attempt, p.rank, p.step = pl.t, pl.attempt, pl.rank, pl.step
         self.progress = p
 
 
 def _opt(value: int | None) -> int:
     return -1 if value is None else value
+
+
+def _alert_key(x: AlertRecord) -> tuple[Any, ...]:
+    return (x.t, x.event, x.alert, x.attempt, x.source, x.who, x.detail, x.action, x.command)
 
 
 def _signal_key(x: SignalInfo) -> tuple[Any, ...]:

@@ -37,6 +37,15 @@ REQUIRED: dict[str, dict[str, object]] = {
     "command_expired": {"command_id": "c1", "reason": "ttl"},
     "exception": {"error_type": "ValueError", "message": "bad"},
     "anomaly": {"metric": "loss", "value": None},
+    "pulse": {},
+    "alert_raised": {"alert": "hung", "since": 1_700_000_000.0},
+    "alert_cleared": {"alert": "hung"},
+    "action_taken": {
+        "alert": "hung",
+        "action": "requeue",
+        "command": "scontrol requeue 1",
+        "ok": True,
+    },
 }
 
 

@@ -67,6 +67,24 @@ SAMPLES: dict[str, dict[str, Any]] = {
         "action": "rollback",
         "pinned": "checkpoints/step=100.ckpt",
     },
+    "pulse": {},
+    "alert_raised": {
+        "alert": "hung",
+        "since": T0,
+        "detail": "no step for 300 s",
+        "source": "watch",
+        "who": "ana@login1",
+    },
+    "alert_cleared": {"alert": "hung", "detail": "step 12", "source": "job", "who": "rank 1"},
+    "action_taken": {
+        "alert": "hung",
+        "action": "requeue",
+        "command": "scontrol requeue 4242",
+        "ok": True,
+        "result": "exit 0",
+        "source": "watch",
+        "who": "ana@login1",
+    },
 }
 
 

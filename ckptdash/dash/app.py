@@ -33,6 +33,7 @@ from ckptdash.dash import access, embed
 from ckptdash.dash.badput_view import BadputView
 from ckptdash.dash.controls import ControlActions, Controls, default_author
 from ckptdash.dash.delivery import Delivery
+from ckptdash.dash.health_view import HealthBanner, RanksView
 from ckptdash.dash.hub import WatcherHub, shared_hub
 from ckptdash.dash.kernelcomms import open_off_main_thread
 from ckptdash.dash.metrics_plot import MetricsPlot
@@ -115,6 +116,8 @@ class Dashboard(pn.viewable.Viewer):  # type: ignore[misc]
             mirror_requeue=lambda suspended: self.scheduler.mirror_requeue(suspended),
         )
         self.header = StatusHeader(self.model)
+        self.alerts = HealthBanner(self.model)
+        self.ranks = RanksView(self.model)
         self.runs = RunList(self.model)
         self.controls = Controls(self.model, self.actions)
         doc = pn.state.curdoc
@@ -146,6 +149,7 @@ class Dashboard(pn.viewable.Viewer):  # type: ignore[misc]
             self._title,
             self.runs,
             self.header,
+            self.alerts,
             self.controls,
             self.scheduler,
             self.timeline,
@@ -155,6 +159,7 @@ class Dashboard(pn.viewable.Viewer):  # type: ignore[misc]
                 self.commands,
                 sizing_mode="stretch_width",
             ),
+            self.ranks,
             self.table,
             sizing_mode="stretch_width",
         )

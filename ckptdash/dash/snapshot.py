@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Final
 
 from ckptdash.events import Settings
+from ckptdash.health import Facts
 from ckptdash.records import (
     AnomalyInfo,
     AttemptInfo,
@@ -80,6 +81,9 @@ class RunSnapshot:
     metrics: Mapping[int, Sequence[MetricPoint]] = field(default_factory=dict, repr=False)
     """Per attempt, thinned rank-0 heartbeats with their metrics, by step (the metrics plot)."""
     anomalies: tuple[AnomalyInfo, ...] = ()
+    health: Facts | None = field(default=None, repr=False, compare=False)
+    """What the health detectors read (:func:`ckptdash.health.detect` runs on it as the clock
+    moves); also the newest attempt's ranks, for the ranks view."""
 
     @property
     def newest(self) -> AttemptInfo | None:
@@ -142,7 +146,8 @@ class SnapshotBuilder:
         ck_sig = tuple(counts.get(k, 0) for k in _CKPT_KINDS)
         cmd_sig = (tuple(counts.get(k, 0) for k in _COMMAND_KINDS), sightings)
         list_sig = (len(state.signals), len(state.requeues), len(state.exceptions))
-        hb_sig = (counts.get("heartbeat", 0), len(state.attempts))
+        # Rank-0 pulses feed the progress series too.
+        hb_sig = (counts.get("heartbeat", 0), counts.get("pulse", 0), len(state.attempts))
         bad_sig = tuple(sorted(state.bad_lines.counts.items()))
         signature = (
             state.events_total,
@@ -195,13 +200,23 @@ class SnapshotBuilder:
         if resume is None:
             resume = _resume_choice(self.root, state)
             self._resume_sig = resume_sig
+        # AttemptInfo objects are updated in place by the state: copy them.
+        attempts = tuple(dataclasses.replace(a) for a in state.attempts.values())
+        newest = attempts[-1].attempt if attempts else None
+        facts = Facts(
+            attempts={a.attempt: a for a in attempts},
+            ranks=tuple(state.rank_info(newest)) if newest is not None else (),
+            series={n: p for n, p in series.items() if n == newest},
+            checkpoints=checkpoints,
+            signals=tuple(state.signals),
+            save_outcomes=tuple(state.save_outcomes()),
+        )
         snap = RunSnapshot(
             root=self.root,
             name=self.name,
             run_id=state.run_id,
             version=self._version,
-            # AttemptInfo objects are updated in place by the state: copy them.
-            attempts=tuple(dataclasses.replace(a) for a in state.attempts.values()),
+            attempts=attempts,
             checkpoints=checkpoints,
             signals=tuple(state.signals),
             requeues=tuple(state.requeues),
@@ -219,6 +234,7 @@ class SnapshotBuilder:
             times=state.attempt_times(),
             metrics=metrics,
             anomalies=tuple(state.anomalies),
+            health=facts,
         )
         self.last = snap
         return snap

@@ -88,6 +88,16 @@ class TrainConfig:
 
     anomaly_window: int = 20
     """How many recent healthy values (one per heartbeat) the median is taken over."""
+    pulse_interval_s: float = 1.0
+    """How often every rank writes a ``pulse`` event (its step; no fsync) from a background
+    thread, never from the step itself: the dashboard's 1 Hz progress and each rank's sign of
+    life. About 130 bytes a second per rank. 0: no pulses (and no watchdog)."""
+
+    hung_after_s: float = 300.0
+    """The in-job watchdog: once training has reached its first step, a rank whose main thread
+    has not reached another step boundary for this long records an ``alert_raised`` (hung),
+    and ``alert_cleared`` when it moves again. Raise it above your longest validation or save;
+    0: off."""
 
     def __post_init__(self) -> None:
         for name, action in self.signals.items():
@@ -109,6 +119,9 @@ class TrainConfig:
         for name in ("poll_interval_s", "agree_interval_s", "heartbeat_interval_s"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"TrainConfig.{name} = {getattr(self, name)}: must be > 0")
+        for name in ("pulse_interval_s", "hung_after_s"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"TrainConfig.{name} = {getattr(self, name)}: must be >= 0")
         if self.stale_after_s < 0:
             raise ConfigError(f"TrainConfig.stale_after_s = {self.stale_after_s}: must be >= 0")
         if self.on_anomaly not in ("record", "stop", "rollback"):

@@ -62,6 +62,7 @@ from ckptdash.train.guard import RunGuard
 from ckptdash.train.recovery import recover
 from ckptdash.train.scheduler import Scheduler, detect
 from ckptdash.train.signals import SignalRecorder, signal_number
+from ckptdash.train.watchdog import Pulser
 from ckptdash.writer import EventWriter
 
 # Codes carried by the agreement collective (MAX wins across ranks).
@@ -172,6 +173,7 @@ class Session:
         self._max_steps: int | None = None
         self._started = False
         self._closed = False
+        self._pulser: Pulser | None = None
 
     # --- identity ------------------------------------------------------------------------
 
@@ -239,6 +241,13 @@ class Session:
             self.signals.install()
             self.announce_signals()
         self._last_check_time = time.monotonic()
+        if self.config.pulse_interval_s > 0:
+            self._pulser = Pulser(
+                lambda: self.step,
+                self.writer,
+                period_s=self.config.pulse_interval_s,
+                hung_after_s=self.config.hung_after_s,
+            ).start()
 
     def also_handle(self, name: str, action: SignalAction) -> None:
         """Handle signal ``name`` with ``action`` too (before the handlers are installed), e.g.
@@ -337,6 +346,8 @@ class Session:
         if self._closed:
             return
         self._closed = True
+        if self._pulser is not None:
+            self._pulser.stop()
         if self.rank == 0:
             for claimed in self._in_flight + self._pending.commands:
                 self._answer(

@@ -276,3 +276,39 @@ def test_scheduler_line_shows_slurms_view_of_the_job(
             expect(page.get_by_role("button", name="Hold pending job")).to_be_disabled()
         finally:
             context.close()
+
+
+# A stand-in for the browser's Notification API that records instead of showing (headless
+# chromium has no notification centre); the permission prompt answers "granted".
+_NOTIFICATION_STUB = """() => {
+  window.__notes = []
+  window.Notification = class {
+    constructor(title, options) { window.__notes.push(title + ': ' + options.body) }
+    static get permission() { return 'granted' }
+    static requestPermission() { return Promise.resolve('granted') }
+  }
+}"""
+
+
+def test_opt_in_browser_notification_when_an_alert_begins(
+    page: Page, live: tuple[Path, FakeTrainer]
+) -> None:
+    """Notifications are off until the user clicks; after the click (permission granted), two
+    failed saves in a row raise checkpoint_failures: the banner shows it, and the browser gets
+    exactly one notification naming it."""
+    _, trainer = live
+    page.evaluate(_NOTIFICATION_STUB)
+    button = page.get_by_role("button", name=re.compile("Browser notifications"))
+    expect(button).to_have_text("Browser notifications: off")
+    button.click()
+    expect(button).to_have_text("Browser notifications: on")
+    for step in (901, 902):
+        trainer.writer.emit(
+            events.CheckpointFailed, step=step, path=f"c/{step}.ckpt", trigger="periodic",
+            error="OSError: [Errno 28] No space left on device",
+        )  # fmt: skip
+    expect(page.locator('[data-alert="checkpoint_failures"]')).to_be_visible(timeout=15_000)
+    page.wait_for_function("window.__notes.length >= 1", timeout=15_000)
+    notes = page.evaluate("window.__notes")
+    assert len(notes) == 1 and "checkpoint failures" in notes[0], notes
+    assert "No space left" in notes[0]

@@ -1,0 +1,149 @@
+"""The multi-node SLURM tier: one real 3-node cluster on this machine (start_multi.sh), each
+slurmd in its own UTS namespace so its tasks see host names node1..node3.
+
+Separate from the single-node cluster of tests/slurm: its own fixtures (``multi_cluster``,
+``multi_scenarios``) and its own scenario mark (:func:`multi_scenario`), so the two never mix.
+Where it cannot run (not root, packages missing, no ``unshare``) it skips saying how to enable
+it; with CI=true it fails instead. Every selected scenario starts as soon as the cluster is
+up, all at once; each test asserts on its scenario's observations.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.slurm.harness import (
+    ENABLE_HINT,
+    Cluster,
+    ClusterUnavailable,
+    Driver,
+    Scenarios,
+)
+
+HERE = Path(__file__).resolve().parent
+NODES = 3
+NODE_CPUS = 8
+MEASUREMENTS: list[tuple[str, dict[str, float]]] = []
+"""(what, figures in seconds) the multi-node scenarios measured, printed at the end."""
+_spans: dict[str, float] = {}
+
+
+class MultiCluster(Cluster):
+    """A running 3-node SLURM under ``base`` (start_multi.sh / stop_multi.sh)."""
+
+    @classmethod
+    def start_multi(cls, base: Path) -> MultiCluster:
+        if os.geteuid() != 0:
+            raise ClusterUnavailable(f"the SLURM tier needs root to run slurmd; {ENABLE_HINT}")
+        cluster = cls(base)
+        began = time.monotonic()
+        env = {**os.environ, "SLURM_NODE_CPUS": str(NODE_CPUS)}
+        try:
+            proc = subprocess.run(
+                ["bash", str(HERE / "start_multi.sh"), str(base), str(NODES)],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            cluster.stop()
+            raise ClusterUnavailable(f"start_multi.sh {base} took more than 120 s") from None
+        cluster.start_s = time.monotonic() - began
+        if proc.returncode == 3:
+            raise ClusterUnavailable(f"{proc.stderr.strip()}, then run the tests as root")
+        if proc.returncode != 0:
+            cluster.stop()
+            raise ClusterUnavailable(
+                f"start_multi.sh {base} failed (exit {proc.returncode}):"
+                f" {proc.stderr.strip()[-2000:]}; {ENABLE_HINT}"
+            )
+        return cluster
+
+    def stop(self) -> None:
+        subprocess.run(
+            ["bash", str(HERE / "stop_multi.sh"), str(self.base)],
+            env=self.env,
+            capture_output=True,
+            timeout=120,
+            check=False,
+        )
+
+
+def multi_scenario(driver: Driver) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Mark a test as checking ``driver``'s scenario on the multi-node cluster."""
+
+    def mark(test: Callable[..., None]) -> Callable[..., None]:
+        test.slurm_multi_scenario = driver  # type: ignore[attr-defined]
+        return test
+
+    return mark
+
+
+@pytest.fixture(scope="package")
+def multi_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MultiCluster]:
+    """A running 3-node SLURM; skipped (failed in CI) where it cannot run."""
+    base = tmp_path_factory.mktemp("slurm-multi")
+    began = time.monotonic()
+    try:
+        cluster = MultiCluster.start_multi(base)
+    except ClusterUnavailable as exc:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"the SLURM tier must run in CI (CI=true), but: {exc}", pytrace=False)
+        pytest.skip(f"multi-node SLURM tier skipped: {exc}")
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+        _spans["tier_s"] = time.monotonic() - began
+        _spans["start_s"] = cluster.start_s
+
+
+@pytest.fixture(scope="package")
+def multi_scenarios(
+    request: pytest.FixtureRequest,
+    multi_cluster: MultiCluster,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Scenarios]:
+    """Starts the scenario of every selected multi-node test now, so they run concurrently."""
+    runner = Scenarios(multi_cluster, tmp_path_factory.mktemp("multi-scenarios"))
+    drivers = [
+        item.function.slurm_multi_scenario  # type: ignore[attr-defined]
+        for item in request.session.items
+        if hasattr(getattr(item, "function", None), "slurm_multi_scenario")
+    ]
+    runner.start(drivers)
+    try:
+        yield runner
+    finally:
+        # Not Scenarios.shutdown(): its ABORT would also end the single-node tier's waits.
+        runner.pool.shutdown(wait=False, cancel_futures=True)
+
+
+@pytest.fixture(autouse=True)
+def _slurm_conf(multi_cluster: MultiCluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests here talk to the multi-node cluster (this replaces tests/slurm's fixture of the
+    same name, so the single-node cluster is not started for them)."""
+    monkeypatch.setenv("SLURM_CONF", str(multi_cluster.conf))
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Print what the multi-node scenarios measured on the real scheduler."""
+    if "tier_s" not in _spans:
+        return
+    tr = terminalreporter
+    tr.section("multi-node SLURM tier: measured on the real scheduler")
+    tr.write_line(
+        f"cluster start: {_spans['start_s']:.1f} s; tier wall time, start to stop:"
+        f" {_spans['tier_s']:.0f} s"
+    )
+    for name, figures in MEASUREMENTS:
+        tr.write_line(f"{name}: " + ", ".join(f"{k} {v:.1f}" for k, v in figures.items()))
