@@ -166,7 +166,9 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--clear", action="store_true", help="remove the pin (back to the rule)")
     s.set_defaults(func=_resume)
 
-    s = sub.add_parser("demo", help="run a small real training with a preemption and a resume")
+    s = sub.add_parser(
+        "demo", help="run a small real training: two preemptions, a kill, resumes (~1 min)"
+    )
     s.add_argument(
         "--run-dir", default="runs/demo", help="where the demo writes (default %(default)s)"
     )
