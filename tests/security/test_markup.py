@@ -33,14 +33,21 @@ from playwright.sync_api import sync_playwright  # noqa: E402
 
 from ckptdash.dash.testing import launch_chromium  # noqa: E402
 
-# Elements anywhere in the page (shadow roots included) carrying a payload in an attribute:
-# an event handler, a javascript: link, an injected image or svg.
+# Elements anywhere in the page (shadow roots included) carrying a payload in an attribute
+# that can act: an event handler, a link or source (javascript:), an injected image, svg,
+# frame or script. A payload as the inert value of a form field (a metric's name in a Select's
+# <option value=...>) is data, shown as text.
 _INJECTED_JS = """() => {
   const found = [];
+  const acting = /^(on|href$|src$|srcdoc$|action$|formaction$|xlink:href$|style$)/i;
+  const injected = /^(IMG|SVG|SCRIPT|IFRAME|OBJECT|EMBED|LINK|META|A)$/i;
   const walk = (node) => {
     if (node.nodeType === Node.ELEMENT_NODE) {
       for (const a of node.attributes) {
-        if (a.value.includes("__pwned")) found.push(node.nodeName + " " + a.name);
+        if (!a.value.includes("__pwned")) continue;
+        if (acting.test(a.name) || injected.test(node.nodeName)) {
+          found.push(node.nodeName + " " + a.name);
+        }
       }
     }
     if (node.shadowRoot) walk(node.shadowRoot);
