@@ -1,13 +1,14 @@
 """``ckptdash`` on the command line: status, the controls, the demo.
 
-    ckptdash status RUN_DIR [--json]        the run state (a folder of runs works too)
+    ckptdash status RUN_DIR [--json]        the run state in full
+    ckptdash status FOLDER                   one line per run, like squeue
     ckptdash goodput RUN_DIR [--json]       where the time went: goodput, badput by cause
     ckptdash save RUN_DIR                    Save now (a command to the running job)
     ckptdash stop RUN_DIR --yes              Stop after save
     ckptdash requeue RUN_DIR --suspend|--resume   (mirrored onto the SLURM job when SLURM is here)
     ckptdash requeue RUN_DIR --hold|--release|--cancel-pending --yes   (a requeued, pending job)
     ckptdash resume RUN_DIR [--pin PATH|--clear]
-    ckptdash demo                            a small real run with a preemption
+    ckptdash demo                            a small real run: preemptions, a kill, resumes
     ckptdash serve PATH [--port N]           the live dashboard in a browser tab
     ckptdash watch PATH [--on hung=requeue]  raise health alerts, notify, act (docs/health.md)
     ckptdash health RUN_DIR [--set K=V]      alerts and health thresholds of a run
@@ -28,14 +29,19 @@ from typing import Any
 
 import msgspec
 
-from ckptdash import control, health_cli, slurm_admin
+from ckptdash import __version__, control, health_cli, slurm_admin
+from ckptdash.demo import DEFAULT_STEPS
 from ckptdash.errors import CkptDashError
+from ckptdash.records import AttemptInfo
 from ckptdash.resume import choose_resume, find_recorded, load_state
 from ckptdash.rundir import RunDir, find_runs
 from ckptdash.state import RunState
 from ckptdash.terminal import printable_output
 
 EXIT_USAGE = 2
+
+STALE_AFTER_S = 120.0
+"""A running attempt silent for this long is shown as stale (as the dashboard's default)."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -76,15 +82,23 @@ def _main(argv: Sequence[str] | None) -> int:
         return 130
 
 
+_NO_QUEUE = "refuse when no attempt is running (by default the command waits for the next one)"
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="ckptdash",
         description="See and steer checkpoints, preemption signals and requeues of training runs.",
     )
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = p.add_subparsers(metavar="COMMAND")
 
-    s = sub.add_parser("status", help="print the state of a run (or of every run in a folder)")
-    s.add_argument("path", help="a run directory, or a folder of run directories")
+    s = sub.add_parser(
+        "status", help="print the state of a run in full, or one line per run of a folder"
+    )
+    s.add_argument(
+        "path", help="a run directory (in full), or a folder of run directories (a line each)"
+    )
     s.add_argument("--json", action="store_true", help="machine-readable output")
     s.add_argument(
         "--no-scheduler",
@@ -104,12 +118,14 @@ def _parser() -> argparse.ArgumentParser:
     s = sub.add_parser("save", help="ask the running job to save a checkpoint now")
     s.add_argument("run_dir")
     s.add_argument("--ttl", type=float, default=600.0, help="expire after this many seconds")
+    s.add_argument("--no-queue", action="store_true", help=_NO_QUEUE)
     s.set_defaults(func=_issue, command="save_now")
 
     s = sub.add_parser("stop", help="ask the running job to save, then stop without requeue")
     s.add_argument("run_dir")
     s.add_argument("--ttl", type=float, default=600.0, help="expire after this many seconds")
     s.add_argument("--yes", action="store_true", help="confirm: this ends the training job")
+    s.add_argument("--no-queue", action="store_true", help=_NO_QUEUE)
     s.set_defaults(func=_issue, command="stop_after_save")
 
     s = sub.add_parser(
@@ -150,15 +166,30 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--clear", action="store_true", help="remove the pin (back to the rule)")
     s.set_defaults(func=_resume)
 
-    s = sub.add_parser("demo", help="run a small real training with a preemption and a resume")
+    s = sub.add_parser(
+        "demo", help="run a small real training: two preemptions, a kill, resumes (~1 min)"
+    )
     s.add_argument(
         "--run-dir", default="runs/demo", help="where the demo writes (default %(default)s)"
     )
-    s.add_argument("--steps", type=int, default=300, help="training steps (default %(default)s)")
     s.add_argument(
-        "--preempt-every", type=float, default=8.0, help="seconds between preemptions (%(default)s)"
+        "--steps", type=int, default=DEFAULT_STEPS, help="training steps (default %(default)s)"
     )
-    s.add_argument("--max-preemptions", type=int, default=2, help="default %(default)s")
+    s.add_argument(
+        "--preempt-every",
+        type=float,
+        default=10.0,
+        help="seconds of training before each preemption or kill (%(default)s)",
+    )
+    s.add_argument(
+        "--max-preemptions", type=int, default=2, help="SIGUSR2 preemptions (%(default)s)"
+    )
+    s.add_argument(
+        "--kills",
+        type=int,
+        default=1,
+        help="then kill this many attempts without warning (SIGKILL) (%(default)s)",
+    )
     s.add_argument(
         "--port",
         type=int,
@@ -242,13 +273,95 @@ def _status(args: argparse.Namespace) -> int:
         )
         sys.stdout.write(msgspec.json.format(msgspec.json.encode(out), indent=2).decode() + "\n")
         return 0
-    for i, (run, state, view) in enumerate(zip(runs, states, views, strict=True)):
-        if i:
-            print()
-        print(render_status(run, state, scheduler=view))
-        for alert in health_cli.alerts_of(run, state, args):
+    if len(runs) == 1 and runs[0].root == Path(args.path):
+        print(render_status(runs[0], states[0], scheduler=views[0]))
+        for alert in health_cli.alerts_of(runs[0], states[0], args):
             print(f"ALERT {alert['kind']}: {alert['detail']}")
+    else:
+        print(render_run_lines(runs, states))
+        for run, state in zip(runs, states, strict=True):
+            for alert in health_cli.alerts_of(run, state, args):
+                print(f"ALERT {run.root.name} {alert['kind']}: {alert['detail']}")
+        print(f"\n{len(runs)} run(s); `ckptdash status {runs[0].root}` shows one in full")
     return 0
+
+
+def run_word(state: RunState, now: float, stale_after_s: float = STALE_AFTER_S) -> str:
+    """The run's state in one word, as the dashboard's badge says it."""
+    newest = _newest(state)
+    if newest is None:
+        return "waiting"
+    if newest.outcome == "running":
+        seen = newest.last_heartbeat_t
+        return "stale" if seen is not None and now - seen > stale_after_s else "running"
+    if newest.outcome in ("finished", "failed"):
+        return newest.outcome
+    if any(r.issued for r in state.requeues if r.attempt == newest.attempt):
+        return "requeue pending"
+    if newest.end_reason in ("preempted", "terminated"):
+        return "preempted"
+    return "stopped"
+
+
+def _newest(state: RunState) -> AttemptInfo | None:
+    return state.attempts[max(state.attempts)] if state.attempts else None
+
+
+def render_run_lines(runs: list[RunDir], states: list[RunState], now: float | None = None) -> str:
+    """One line per run, like ``squeue``: run, state, attempt, step / max, last event, and the
+    newest checkpoint recorded as saved (its file is not re-read: a folder may hold 1,000 runs)."""
+    now = time.time() if now is None else now
+    rows = []
+    for run, state in zip(runs, states, strict=True):
+        newest = _newest(state)
+        saved = [c for c in state.checkpoints.values() if c.status == "saved"]
+        best = max(saved, key=lambda c: (c.step or 0, c.t or 0), default=None)
+        step = "-" if newest is None else _opt(newest.step)
+        if newest is not None and newest.max_steps:
+            step += f" / {newest.max_steps}"
+        rows.append(
+            [
+                run.root.name,
+                run_word(state, now),
+                "-" if newest is None else str(newest.attempt),
+                step,
+                _age(None if newest is None else newest.last_heartbeat_t, now),
+                "-" if best is None else f"{_rel(best.path, run.root)} (step {_opt(best.step)})",
+            ]
+        )
+    header = ["RUN", "STATE", "ATTEMPT", "STEP / MAX", "LAST EVENT", "NEWEST SAVED CHECKPOINT"]
+    return _table(header, rows)
+
+
+def _age(t: float | None, now: float) -> str:
+    if t is None:
+        return "-"
+    s = max(0.0, now - t)
+    if s < 120:
+        return f"{s:.0f} s ago"
+    if s < 7200:
+        return f"{s / 60:.0f} min ago"
+    if s < 172800:
+        return f"{s / 3600:.0f} h ago"
+    return f"{s / 86400:.0f} d ago"
+
+
+def _rel(path: str, root: Path) -> str:
+    """A recorded (absolute) path relative to the run directory when it lies inside it."""
+    try:
+        return str(Path(path).relative_to(root.resolve()))
+    except ValueError:
+        try:
+            return str(Path(path).relative_to(root))
+        except ValueError:
+            return path
+
+
+def _who(author: str, host: str) -> str:
+    """``user@host`` once: a dashboard's author already names its host."""
+    if "@" in author:
+        return author
+    return f"{author or '?'}@{host or '?'}"
 
 
 def _goodput(args: argparse.Namespace) -> int:
@@ -330,14 +443,15 @@ def render_status(
     try:
         settings = control.read_settings(run)
         requeue = "suspended" if settings.requeue_suspended else "auto"
-        pin = settings.resume_pin or "-"
+        pin = _rel(settings.resume_pin, run.root) if settings.resume_pin else "-"
     except CkptDashError as exc:
         requeue, pin = f"unknown ({exc})", "-"
     choice = choose_resume(run, state=state)
     lines.append(f"requeue: {requeue}   resume pin: {pin}")
     if scheduler is not None:
         lines.append(_describe_view(scheduler))
-    lines.append(f"next resume: {choice.path or 'fresh start'}  ({choice.reason})")
+    target = _rel(choice.path, run.root) if choice.path else "fresh start"
+    lines.append(f"next resume: {target}  ({choice.reason})")
     lines.append("")
     lines.append(
         _table(
@@ -369,7 +483,7 @@ def render_status(
                     _size(c.size_bytes),
                     "-" if c.duration_s is None else f"{c.duration_s:.2f}",
                     _opt(c.attempt),
-                    c.path,
+                    _rel(c.path, run.root),
                 ]
                 for c in ckpts
             ],
@@ -392,7 +506,7 @@ def render_status(
     for c in sorted(state.commands.values(), key=lambda c: c.issued_at or 0):
         extra = c.detail or c.reason or c.error
         lines.append(
-            f"command {c.command or '?'} {c.id} by {c.author or '?'}@{c.host or '?'}: {c.status}"
+            f"command {c.command or '?'} {c.id} by {_who(c.author, c.host)}: {c.status}"
             + (f" ({extra})" if extra else "")
         )
     bad = sum(state.bad_lines.counts.values())
@@ -407,7 +521,7 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
         max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)
     ]
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-    return "\n".join([fmt.format(*header), *(fmt.format(*r) for r in rows)])
+    return "\n".join(fmt.format(*r).rstrip() for r in [header, *rows])
 
 
 def _opt(value: object) -> str:
@@ -446,10 +560,23 @@ def _issue(args: argparse.Namespace) -> int:
         raise CkptDashError(
             f"{run.root}: stop ends the training job after one more save; add --yes to confirm"
         )
+    state = load_state(run)
+    word = run_word(state, time.time())
+    if word != "running" and args.no_queue:
+        raise CkptDashError(
+            f"{run.root}: no attempt is running ({word}); nothing sent. Leave out --no-queue to"
+            " queue the command for the next attempt"
+        )
     cmd = control.issue(run, args.command, ttl_s=args.ttl)
     print(
         f"{cmd.NAME} {cmd.id} queued in {run.inbox}; `ckptdash status {run.root}` shows the answer"
     )
+    if word != "running":
+        print(
+            f"no attempt is running ({word}): the command will wait for the next attempt until it"
+            f" expires in {args.ttl:.0f} s",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -539,6 +666,7 @@ def _demo(args: argparse.Namespace) -> int:
         steps=args.steps,
         preempt_every_s=args.preempt_every,
         max_preemptions=args.max_preemptions,
+        kills=args.kills,
         port=None if args.no_serve else args.port,
         exit_when_done=args.exit_when_done,
     )

@@ -1,11 +1,14 @@
 """``ckptdash demo``: a small real Lightning run on CPU under a local stand-in scheduler.
 
 The stand-in plays SLURM's part: it starts the training as attempt 0, sends
-it the requeue signal (SIGUSR2) after ``preempt_every_s`` seconds, and when the
-job asked to be requeued (through the requeue command template ckptdash runs)
-starts the next attempt, which resumes from the signal checkpoint. So a
-newcomer sees periodic saves, a preemption, a signal save, a requeue and a
-resume — with no SLURM and no GPU.
+it the requeue signal (SIGUSR2) ``preempt_every_s`` seconds after it starts
+training, and when the job asked to be requeued (through the requeue command
+template ckptdash runs) starts the next attempt, which resumes from the signal
+checkpoint. After ``max_preemptions`` of those it kills ``kills`` attempts
+without warning (SIGKILL, as a node failure does) and restarts the job, which
+then resumes from the newest valid periodic save. So a newcomer sees periodic
+saves, preemptions, signal saves, requeues, a lost stretch of work and resumes
+— with no SLURM and no GPU. The defaults last about a minute.
 
 While it runs, the live dashboard is served on ``127.0.0.1`` (``--port``, 5006
 by default; ``--no-serve`` to skip) and it stays up after the training ends
@@ -32,15 +35,18 @@ if TYPE_CHECKING:
     from ckptdash.dash.app import RunningServer
 
 REQUEUE_MARKER = ".demo-requeue"
+DEFAULT_STEPS = 1200
+"""With the demo model's ~30 ms steps, about a minute with the default preemptions and kill."""
 _last_line = [""]
 
 
 def run_demo(
     run_dir: Path,
     *,
-    steps: int = 300,
-    preempt_every_s: float = 8.0,
+    steps: int = DEFAULT_STEPS,
+    preempt_every_s: float = 10.0,
     max_preemptions: int = 2,
+    kills: int = 1,
     port: int | None = None,
     exit_when_done: bool = True,
 ) -> int:
@@ -59,7 +65,7 @@ def run_demo(
     try:
         if port is not None:
             server = _serve(run_dir, port)
-        status = _train(run_dir, steps, preempt_every_s, max_preemptions)
+        status = _train(run_dir, steps, preempt_every_s, max_preemptions, kills)
         if server is not None and not exit_when_done:
             print(
                 f"ckptdash demo: still serving the dashboard at {server.url} (Ctrl-C stops)",
@@ -105,10 +111,12 @@ def _serve(run_dir: Path, port: int) -> RunningServer:
     return server
 
 
-def _train(run_dir: Path, steps: int, preempt_every_s: float, max_preemptions: int) -> int:
+def _train(
+    run_dir: Path, steps: int, preempt_every_s: float, max_preemptions: int, kills: int
+) -> int:
     """The stand-in scheduler: attempts until one finishes without asking to be requeued."""
     marker = run_dir / REQUEUE_MARKER
-    attempt, preemptions = 0, 0
+    attempt, preemptions, killed = 0, 0, 0
     print(
         f"ckptdash demo: training {steps} steps in {run_dir} (Ctrl-C stops everything)",
         flush=True,
@@ -132,20 +140,42 @@ def _train(run_dir: Path, steps: int, preempt_every_s: float, max_preemptions: i
             )
         # The clock starts once this attempt trains (its handlers are installed by then).
         deadline: float | None = None
+        kill_this = False
         try:
             while proc.poll() is None:
                 training = _progress(run_dir) == attempt
-                if deadline is None and training and preemptions < max_preemptions:
+                more = preemptions < max_preemptions or killed < kills
+                if deadline is None and training and more:
                     deadline = time.monotonic() + preempt_every_s
-                if deadline is not None and time.monotonic() >= deadline:
-                    print(f"\nckptdash demo: preempting attempt {attempt} (SIGUSR2)", flush=True)
-                    proc.send_signal(signal.SIGUSR2)
-                    preemptions += 1
+                if deadline is not None and time.monotonic() >= deadline and training:
+                    if preemptions < max_preemptions:
+                        print(
+                            f"\nckptdash demo: preempting attempt {attempt} (SIGUSR2)", flush=True
+                        )
+                        proc.send_signal(signal.SIGUSR2)
+                        preemptions += 1
+                    else:
+                        print(
+                            f"\nckptdash demo: killing attempt {attempt} without warning"
+                            " (SIGKILL, as a node failure does)",
+                            flush=True,
+                        )
+                        proc.kill()
+                        killed += 1
+                        kill_this = True
                     deadline = float("inf")
                 time.sleep(0.25)
         finally:
             _end(proc)
         _progress(run_dir, final=True)
+        if kill_this and proc.returncode == -signal.SIGKILL:
+            attempt += 1
+            print(
+                f"ckptdash demo: restarting the job; attempt {attempt} resumes from the newest"
+                " valid checkpoint",
+                flush=True,
+            )
+            continue
         if proc.returncode != 0:
             print(
                 f"ckptdash demo: attempt {attempt} failed (exit {proc.returncode});"

@@ -31,7 +31,7 @@ def main(run_dir: str, steps: int, marker: str) -> None:
             x, y = batch
             loss = torch.nn.functional.mse_loss(self.net(x), y)
             self.log("loss", loss)
-            time.sleep(0.02)  # a step long enough to watch
+            time.sleep(0.03)  # a step long enough to watch
             return loss
 
         def configure_optimizers(self) -> Any:

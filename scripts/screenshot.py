@@ -1,30 +1,45 @@
-"""Refresh ``assets/dashboard.png``: the dashboard on a realistic run, as the README shows it.
+"""Refresh the README's pictures: ``assets/dashboard.png`` and ``assets/widget.png``.
 
-    .venv/bin/python scripts/screenshot.py [--out assets/dashboard.png] [--width 1400]
+    .venv/bin/python scripts/screenshot.py [--only dashboard|widget] [--width 1400]
 
-The run is :func:`ckptdash.dash.sample.write_sample_run` (three hours of a SLURM
-job: a preemption with a signal save and a requeue, a manual save, a kill
-without warning, a resume), served by ``start_server`` and photographed by the
-system chromium. The PNG is reduced to a 256-colour palette when Pillow is
-installed, to keep it small (the goal is < 300 KB).
+``dashboard.png``: a real ``ckptdash demo`` run (a shorter one: two preemptions, a
+kill without warning, the last attempt training) served by ``start_server`` and
+photographed by the system chromium while its last attempt trains.
+
+``widget.png``: the shipped ``notebooks/quickstart.ipynb`` in a real JupyterLab
+(its own server, kernel and settings in a temporary folder; default settings),
+Run → Run All Cells, photographed while the training cell runs.
+
+The PNGs are reduced to a 256-colour palette when Pillow is installed, to keep
+them small (the goal is < 300 KB each).
 """
 
 from __future__ import annotations
 
 import argparse
 import io
+import json
 import os
+import secrets
+import signal
+import socket
+import subprocess
 import sys
 import tempfile
+import threading
+import time
+import urllib.request
 from pathlib import Path
+from typing import Any
 
-from playwright.sync_api import sync_playwright
+from playwright.sync_api import expect, sync_playwright
 
 from ckptdash.dash.app import start_server
-from ckptdash.dash.sample import write_sample_run
 from ckptdash.dash.testing import launch_chromium
+from ckptdash.demo import run_demo
 
 ROOT = Path(__file__).resolve().parent.parent
+KERNEL = "ckptdash-screenshot"
 
 
 def shrink(png: bytes) -> bytes:
@@ -39,31 +54,158 @@ def shrink(png: bytes) -> bytes:
     return out.getvalue() if out.tell() < len(png) else png
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", type=Path, default=ROOT / "assets" / "dashboard.png")
-    parser.add_argument("--width", type=int, default=1400)
-    args = parser.parse_args(argv)
-    out = args.out.resolve()
+def dashboard_png(browser: Any, width: int) -> bytes:
+    """The served dashboard on a demo run whose last attempt (3) is training."""
     with tempfile.TemporaryDirectory(prefix="ckptdash-screenshot-") as tmp:
         os.chdir(tmp)  # paths then read runs/…, as on a login node, not /tmp/…
-        run = write_sample_run(Path("runs") / "resnet50-imagenet")
-        with start_server(run.root) as server, sync_playwright() as p:
-            browser = launch_chromium(p)
-            page = browser.new_page(viewport={"width": args.width, "height": 900})
+        run = Path("runs") / "demo"
+        run.mkdir(parents=True)
+        demo = threading.Thread(
+            target=run_demo,
+            args=(run,),
+            kwargs={"steps": 900, "preempt_every_s": 6.0, "port": None},
+            daemon=True,
+        )
+        with start_server(run) as server:
+            demo.start()
+            page = browser.new_page(viewport={"width": width, "height": 900})
             page.goto(server.url)
-            page.get_by_text("attempt 2 is training").wait_for(timeout=30_000)
+            page.get_by_text("attempt 3 is training").wait_for(timeout=300_000)
+            _wait(8.0)  # some steps into the last attempt: its band and progress line show
             page.locator(".tabulator-row").first.wait_for(timeout=30_000)
             page.locator("canvas").first.wait_for(timeout=30_000)
-            page.wait_for_load_state("networkidle")
-            # The plot draws on the next animation frames after its data arrive.
-            page.evaluate("() => new Promise(r => setTimeout(r, 500))")
-            png = shrink(page.screenshot(full_page=True))
-            browser.close()
+            # The whole page, but only as wide as the window (a wide plot may overflow it).
+            height = page.evaluate("() => document.documentElement.scrollHeight")
+            clip = {"x": 0, "y": 0, "width": width, "height": height}
+            png = shrink(page.screenshot(full_page=True, clip=clip))
+            page.close()
+            demo.join(timeout=300)
         os.chdir(ROOT)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_bytes(png)
-    print(f"wrote {out} ({len(png) / 1024:.0f} KB)")
+    return png
+
+
+def widget_png(browser: Any, width: int) -> bytes:
+    """The quickstart's widget in JupyterLab (default settings) while cell 2 trains."""
+    with tempfile.TemporaryDirectory(prefix="ckptdash-screenshot-lab-") as tmp:
+        home, root = Path(tmp) / "jupyter", Path(tmp) / "root"
+        root.mkdir()
+        env = _lab_home(home, root)
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        token = secrets.token_hex(16)
+        lab = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "jupyterlab",
+                "--no-browser",
+                "--ServerApp.ip=127.0.0.1",
+                f"--ServerApp.port={port}",
+                f"--IdentityProvider.token={token}",
+                f"--ServerApp.root_dir={root}",
+                *(["--allow-root"] if os.geteuid() == 0 else []),
+            ],
+            env=env,
+            cwd=root,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        try:
+            url = f"http://127.0.0.1:{port}"
+            _wait_for_lab(url, token)
+            page = browser.new_page(viewport={"width": width, "height": 1450})
+            page.goto(f"{url}/lab/tree/quickstart.ipynb?reset&token={token}")
+            expect(page.get_by_text(f"{KERNEL} | Idle")).to_be_visible(timeout=120_000)
+            page.get_by_role("menuitem", name="Run", exact=True).click()
+            page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
+            cells = page.locator(".jp-Notebook .jp-CodeCell")
+            expect(cells.nth(1).locator(".jp-InputPrompt")).to_contain_text("*", timeout=60_000)
+            widget = cells.nth(0).locator(".jp-OutputArea")
+            # A few periodic saves in, while the cell still trains.
+            expect(widget.locator(".tabulator-row")).to_have_count(3, timeout=120_000)
+            cells.nth(0).evaluate("cell => cell.scrollIntoView({block: 'start'})")
+            png = shrink(page.screenshot())
+            page.close()
+        finally:
+            os.killpg(lab.pid, signal.SIGTERM)
+            lab.wait(30)
+    return png
+
+
+def _lab_home(home: Path, root: Path) -> dict[str, str]:
+    """A kernel running this interpreter, offline Jupyter settings, the quickstart."""
+    kernel = home / "path" / "kernels" / KERNEL
+    kernel.mkdir(parents=True)
+    argv = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+    kernel.joinpath("kernel.json").write_text(
+        json.dumps({"argv": argv, "display_name": KERNEL, "language": "python"})
+    )
+    config = home / "config"
+    config.mkdir()
+    lab_app = {
+        "news_url": None,
+        "check_for_updates_class": "jupyterlab.NeverCheckForUpdate",
+        "extension_manager": "readonly",
+    }
+    config.joinpath("jupyter_server_config.json").write_text(json.dumps({"LabApp": lab_app}))
+    # No "get notified about Jupyter news?" toast over the picture.
+    notification = home / "settings" / "@jupyterlab" / "apputils-extension"
+    notification.mkdir(parents=True)
+    notification.joinpath("notification.jupyterlab-settings").write_text(
+        json.dumps({"fetchNews": "false", "checkForUpdates": False})
+    )
+    nb = json.loads((ROOT / "notebooks" / "quickstart.ipynb").read_text())
+    nb["metadata"]["kernelspec"] = {"name": KERNEL, "display_name": KERNEL, "language": "python"}
+    (root / "quickstart.ipynb").write_text(json.dumps(nb))
+    return {
+        **os.environ,
+        "JUPYTER_PATH": str(home / "path"),
+        "JUPYTER_CONFIG_DIR": str(config),
+        "JUPYTER_DATA_DIR": str(home / "data"),
+        "JUPYTER_RUNTIME_DIR": str(home / "runtime"),
+        "JUPYTERLAB_SETTINGS_DIR": str(home / "settings"),
+        "JUPYTERLAB_WORKSPACES_DIR": str(home / "workspaces"),
+        "PYTHONPATH": str(ROOT),
+        "CKPTDASH_QUICKSTART_STEPS": "600",
+    }
+
+
+def _wait_for_lab(url: str, token: str, timeout: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        request = urllib.request.Request(
+            f"{url}/api/status", headers={"Authorization": f"token {token}"}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=5):
+                return
+        except OSError:
+            _wait(0.3)
+    raise RuntimeError(f"JupyterLab did not start at {url} within {timeout} s")
+
+
+def _wait(seconds: float) -> None:
+    threading.Event().wait(seconds)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--only", choices=("dashboard", "widget"))
+    parser.add_argument("--width", type=int, default=1400)
+    args = parser.parse_args(argv)
+    wanted = [args.only] if args.only else ["dashboard", "widget"]
+    with sync_playwright() as p:
+        browser = launch_chromium(p)
+        try:
+            for name in wanted:
+                png = (dashboard_png if name == "dashboard" else widget_png)(browser, args.width)
+                out = ROOT / "assets" / f"{name}.png"
+                out.write_bytes(png)
+                print(f"wrote {out} ({len(png) / 1024:.0f} KB)", flush=True)
+        finally:
+            browser.close()
     return 0
 
 

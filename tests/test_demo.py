@@ -15,7 +15,12 @@ from ckptdash.resume import load_state
 ENV = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
 
 
-def _demo(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+README = Path(__file__).parents[1] / "README.md"
+
+
+def _demo(
+    *args: str, timeout: float = 240, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "ckptdash", "demo", *args],
         capture_output=True,
@@ -23,48 +28,121 @@ def _demo(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
         timeout=timeout,
         check=False,
         env=ENV,
+        cwd=cwd,
     )
 
 
-def test_demo_shows_preemption_signal_save_requeue_and_resume(tmp_path: Path) -> None:
-    """A short demo run ends with two attempts: a signal save, a requeue, a resume from that
-    checkpoint, and a finished training at exactly the requested step. It printed the URL of
-    the dashboard it served meanwhile, and --exit-when-done ended it with the training."""
+def _shape(line: str) -> str:
+    """A line with its run id, numbers and spacing made generic (they differ run to run)."""
+    line = re.sub(r"token=[\w-]+", "token=T", line)
+    line = re.sub(r"\b[0-9a-f]{12}\b", "ID", line)
+    return " ".join(re.sub(r"\d+", "N", line).split())
+
+
+def _readme_block(marker: str, skip: int = 0) -> list[str]:
+    """The lines of the README's code block number ``skip`` (from 0) after ``marker``."""
+    text = README.read_text()
+    blocks = re.findall(r"```[a-z]*\n(.*?)```", text[text.index(marker) :], flags=re.S)
+    return str(blocks[skip]).splitlines()
+
+
+def test_demo_shows_preemption_signal_save_requeue_kill_and_resume(tmp_path: Path) -> None:
+    """A short demo (options for a fast test; the default is the same story at a minute)
+    prints the dashboard's URL before it trains, then: attempt 0 is preempted, saves on the
+    signal, is requeued; attempt 1 resumes from that checkpoint and is killed without warning;
+    attempt 2 resumes from the newest valid checkpoint and finishes at exactly the requested
+    step. --exit-when-done ends it with the training. What it and `ckptdash status` print
+    is what the README's sample output shows."""
     run = tmp_path / "runs" / "demo"
     proc = _demo(
         "--run-dir",
-        str(run),
+        "runs/demo",
         "--steps",
-        "80",
+        "150",
         "--preempt-every",
         "1",
         "--max-preemptions",
         "1",
+        "--kills",
+        "1",
         "--port",
         "0",
         "--exit-when-done",
+        cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "preempting attempt 0" in proc.stdout
-    assert re.search(r"live dashboard at http://127\.0\.0\.1:\d+/", proc.stdout), proc.stdout
-    assert "still serving" not in proc.stdout
+    out = proc.stdout
+    url = re.search(r"live dashboard at http://127\.0\.0\.1:\d+/\S*", out)
+    assert url, out
+    assert url.start() < out.index("training 150 steps"), "the URL comes before the training"
+    assert "preempting attempt 0" in out
+    assert "killing attempt 1 without warning" in out
+    assert "still serving" not in out
     state = load_state(run)
-    assert sorted(state.attempts) == [0, 1]
-    first, second = state.attempts[0], state.attempts[1]
+    assert sorted(state.attempts) == [0, 1, 2]
+    first, killed, last = state.attempts[0], state.attempts[1], state.attempts[2]
     assert (first.outcome, first.end_reason) == ("stopped", "preempted")
     (signal_ckpt,) = [c for c in state.checkpoints.values() if c.trigger == "signal"]
     assert [r.issued for r in state.requeues] == [True]
     # The signal save, or a periodic save that landed on the same step after it: the rule
     # takes the newest by (step, time), and both hold the same training state.
-    assert second.resumed_from is not None
-    assert state.checkpoints[second.resumed_from].step == signal_ckpt.step
-    assert (second.outcome, second.step) == ("finished", 80)
+    assert killed.resumed_from is not None
+    assert state.checkpoints[killed.resumed_from].step == signal_ckpt.step
+    assert killed.outcome == "lost", "a SIGKILLed attempt never says it ended"
+    assert last.resumed_from is not None
+    assert state.checkpoints[last.resumed_from].step >= signal_ckpt.step
+    assert (last.outcome, last.step) == ("finished", 150)
+
+    # The README's sample output is what the demo and `ckptdash status` print (numbers,
+    # ids and table rows aside): its own lines, and the status lines that name no checkpoint.
+    printed = {_shape(line) for line in out.replace("\r", "\n").splitlines()}
+    said = [s for s in _readme_block("`make demo` prints") if s.startswith("ckptdash demo")]
+    assert len(said) >= 6
+    assert [s for s in said if _shape(s) not in printed] == []
+    status = subprocess.run(
+        [sys.executable, "-m", "ckptdash", "status", "runs/demo"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=ENV,
+        cwd=tmp_path,
+    ).stdout
+    shown = {_shape(line) for line in status.splitlines()}
+    sample = _readme_block("Then, in another terminal:", skip=1)
+    sample = [s for s in sample if s and not s[0].isdigit() and s != "..."]
+    assert len(sample) >= 8
+    assert [s for s in sample if _shape(s) not in shown] == []
+
+
+def test_the_default_demo_lasts_about_a_minute_with_two_preemptions_and_a_kill() -> None:
+    """`ckptdash demo` with no options: 1,200 steps of ~30 ms (about 40 s of training), two
+    SIGUSR2 preemptions, then one SIGKILL, 10 s of training apart (the run above proves the
+    story; this pins the defaults the README promises)."""
+    from ckptdash.cli import _parser
+
+    args = _parser().parse_args(["demo"])
+    assert (args.steps, args.preempt_every, args.max_preemptions, args.kills) == (
+        1200,
+        10.0,
+        2,
+        1,
+    )
 
 
 def test_demo_without_serving_prints_no_url(tmp_path: Path) -> None:
     """--no-serve trains without a dashboard (and so ends with the training)."""
     run = tmp_path / "demo"
-    proc = _demo("--run-dir", str(run), "--steps", "10", "--max-preemptions", "0", "--no-serve")
+    proc = _demo(
+        "--run-dir",
+        str(run),
+        "--steps",
+        "10",
+        "--max-preemptions",
+        "0",
+        "--kills",
+        "0",
+        "--no-serve",
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "http://" not in proc.stdout
     assert load_state(run).attempts[0].outcome == "finished"

@@ -95,6 +95,8 @@ def test_demo_dashboard_shows_preemption_then_ctrl_c_ends_everything(
                 "1",
                 "--max-preemptions",
                 "1",
+                "--kills",
+                "0",
                 "--port",
                 "0",
             ],

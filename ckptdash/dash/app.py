@@ -35,6 +35,7 @@ from ckptdash.dash.controls import ControlActions, Controls, default_author
 from ckptdash.dash.delivery import Delivery
 from ckptdash.dash.health_view import HealthBanner, RanksView
 from ckptdash.dash.hub import WatcherHub, shared_hub
+from ckptdash.dash.kernelcomms import open_off_main_thread
 from ckptdash.dash.metrics_plot import MetricsPlot
 from ckptdash.dash.model import DEFAULT_STALE_AFTER_S, DashModel
 from ckptdash.dash.mounts import WATCH_MODES, WatchMode
@@ -47,6 +48,7 @@ from ckptdash.dash.timeline import Timeline
 from ckptdash.dash.views import CommandsView, GoodputView, RunList, StatusHeader, html_pane
 from ckptdash.dash.watch import RunWatcher
 from ckptdash.errors import CkptDashError
+from ckptdash.rundir import find_runs
 
 RUN_DIR_ENV: Final = "CKPTDASH_RUN_DIR"
 """The run directory (or folder of runs) when none is given: this variable, else ``./runs``."""
@@ -122,7 +124,9 @@ class Dashboard(pn.viewable.Viewer):  # type: ignore[misc]
         served = doc is not None and doc.session_context is not None
         # In a kernel the widget's clicks go to a subshell, so they act while a cell trains.
         self._subshells = SubshellRoute() if not served and _in_kernel() else None
-        self._delivery = Delivery(self._take, doc)
+        self._delivery = Delivery(
+            self._take, doc, gate=self._comms_open if self._subshells is not None else None
+        )
         self.scheduler = SchedulerPanel(
             self.model,
             self.controls,
@@ -182,6 +186,14 @@ class Dashboard(pn.viewable.Viewer):  # type: ignore[misc]
             clients = [client for _, client in list(self._layout._comms.values())]
             self._subshells.route(clients, self._delivery.render_lock)
 
+    def _comms_open(self) -> bool:
+        """Whether every rendering of the widget can take an update now (its push comm is
+        open); True before the first rendering (nothing to push to yet)."""
+        return all(
+            getattr(server, "_comm", True) is not None
+            for server, _ in list(self._layout._comms.values())
+        )
+
     def _page_loaded(self) -> None:
         self._delivery.ready()
         self.scheduler.ready()
@@ -205,7 +217,14 @@ class Dashboard(pn.viewable.Viewer):  # type: ignore[misc]
         # The document is inlined in a <script>: event text must not be able to end it.
         embed.install()
         with self._delivery.render_lock:
-            return embed.check_bundle(super()._repr_mimebundle_(include, exclude))
+            bundle = embed.check_bundle(super()._repr_mimebundle_(include, exclude))
+            kernel = current_kernel()
+            if kernel is not None:
+                # Run All: the next cell may hold the main thread before the front end's
+                # comm_open for this rendering arrives; open it off the main thread.
+                clients = [client.id for _, client in list(self._layout._comms.values())]
+                open_off_main_thread(kernel, clients)
+            return bundle
 
     def close(self) -> None:
         """Stop receiving updates; the watcher stops when no other session uses it."""
@@ -461,6 +480,13 @@ def _check_path(path: Path) -> None:
         )
 
 
+def _holds_a_run(path: Path) -> bool:
+    try:
+        return bool(find_runs(path))
+    except CkptDashError:
+        return False
+
+
 def serve(
     path: str | os.PathLike[str],
     serve_options: ServeOptions | None = None,
@@ -478,6 +504,11 @@ def serve(
         server = _guarded_server(plan)  # listening from here; the gate is in place
         url = plan.url(so.address if so.loopback else socket.getfqdn())
         print(f"ckptdash: serving {run} at {url} (Ctrl-C stops)", flush=True)
+        if not _holds_a_run(run):
+            print(
+                f"ckptdash: {run} holds no run yet; the page waits for the first event in it",
+                flush=True,
+            )
         if note := so.security_note():
             print(note, file=sys.stderr, flush=True)
         if so.show:

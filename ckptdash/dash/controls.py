@@ -18,9 +18,9 @@ from typing import Any, Final
 import panel as pn
 
 from ckptdash import control
-from ckptdash.dash.model import DashModel
+from ckptdash.dash.model import DashModel, run_status
 from ckptdash.dash.snapshot import RunSnapshot
-from ckptdash.dash.text import esc
+from ckptdash.dash.text import esc, relative
 from ckptdash.dash.views import HtmlPane
 from ckptdash.errors import CkptDashError, ControlError
 
@@ -66,6 +66,48 @@ def requeue_said(suspended: bool) -> str:
     return "auto-requeue suspended" if suspended else "auto-requeue resumed"
 
 
+def command_answer(label: str, snap: RunSnapshot | None, command_id: str) -> str | None:
+    """What the job answered to command ``command_id``, for the line under the buttons;
+    None while it has not answered (pending or received)."""
+    info = None if snap is None else next((c for c in snap.commands if c.id == command_id), None)
+    if info is None:
+        return None
+    if info.status == "applied":
+        what = relative(info.detail, snap.root) if snap is not None and info.detail else ""
+        return f"{label} applied ({command_id})" + (f": {what}" if what else "")
+    if info.status == "rejected":
+        return f"{label} rejected ({command_id}): {info.reason or 'no reason given'}"
+    if info.status == "expired":
+        why = f": {info.reason}" if info.reason else ""
+        return f"{label} expired ({command_id}) before a running attempt took it{why}"
+    if info.status == "malformed":
+        return f"{label} ({command_id}) could not be read: {info.error}"
+    return None
+
+
+def commands_off_reason(model: DashModel) -> str:
+    """Why Save now and Stop are off for the selected run now, or "" when they are on.
+
+    A command waits in the inbox until a running attempt takes it: on a run that finished,
+    failed or went silent it would sit there until it expires, looking as if it worked.
+    """
+    snap = model.run
+    if snap is None:
+        return "no run is selected"
+    status, _ = run_status(snap, model.now, model.stale_after_s)
+    if status == "finished":
+        return "the run finished: no attempt is running to take a command"
+    if status == "failed":
+        return "the run failed: no attempt is running to take a command"
+    if status == "stale":
+        seen = snap.last_seen
+        idle = 0.0 if seen is None else max(0.0, model.now - seen)
+        return (
+            f"no sign of life for {idle / 60:.0f} min — the command would wait for a next attempt"
+        )
+    return ""
+
+
 def button_label(widget: Any) -> str:
     return str(widget.label if _NEW_BUTTON_API else widget.name)
 
@@ -91,6 +133,8 @@ class ControlActions:
         self._author = author
         self._nudge = nudge
         self._mirror_requeue = mirror_requeue
+        self.last_command: tuple[str, str] | None = None
+        """``(id, label)`` of the last command sent: the message line follows its answer."""
 
     def _run(self) -> RunSnapshot:
         """The selected run, checked against the runs this dashboard lists."""
@@ -103,6 +147,7 @@ class ControlActions:
         """Ask the job to save at its next step boundary (trigger ``manual``)."""
         snap = self._run()
         cmd = control.issue(snap.root, "save_now", author=self._author(), ttl_s=COMMAND_TTL_S)
+        self.last_command = (cmd.id, "Save now")
         self._nudge()
         return f"Save now sent ({cmd.id}); waiting for the job's answer"
 
@@ -112,6 +157,7 @@ class ControlActions:
         cmd = control.issue(
             snap.root, "stop_after_save", author=self._author(), ttl_s=COMMAND_TTL_S
         )
+        self.last_command = (cmd.id, "Stop after save")
         self._nudge()
         return f"Stop after save sent ({cmd.id}); waiting for the job's answer"
 
@@ -161,6 +207,8 @@ class Controls(pn.viewable.Viewer):  # type: ignore[misc]
         self.confirm_button = button("Confirm stop", "danger")
         self.cancel_button = button("Cancel")
         self.message = HtmlPane(margin=(5, 10))
+        self.off_reason = HtmlPane(margin=(0, 10))
+        self._said_answer = ""
         self.confirm_row = confirmation(
             "Stop the job?",
             "It saves at the next step, then ends without requeue.",
@@ -176,11 +224,12 @@ class Controls(pn.viewable.Viewer):  # type: ignore[misc]
         self._suspended_shown = False
         self._layout = pn.Column(
             pn.Row(self.save_button, self.stop_button, self.requeue_button, self.clear_pin_button),
+            self.off_reason,
             self.confirm_row,
             self.message,
             sizing_mode="stretch_width",
         )
-        model.param.watch(self._render, ["run"])
+        model.param.watch(self._render, ["run", "now", "stale_after_s"])
         self._render()
 
     def __panel__(self) -> Any:
@@ -198,12 +247,35 @@ class Controls(pn.viewable.Viewer):  # type: ignore[misc]
         )
         self.requeue_button.disabled = snap is None or settings is None
         self.clear_pin_button.disabled = not (settings and settings.resume_pin)
-        self.save_button.disabled = self.stop_button.disabled = snap is None
+        off = commands_off_reason(self.model)
+        self.save_button.disabled = self.stop_button.disabled = bool(off)
+        shown = f"<div class='ck muted'>Save now and Stop are off: {esc(off)}</div>" if off else ""
+        if self.off_reason.object != shown:
+            self.off_reason.object = shown
+        if off:
+            self.confirm_row.visible = False
+        self._follow_answer(snap)
+
+    def _follow_answer(self, snap: RunSnapshot | None) -> None:
+        """Replace "waiting for the job's answer" by the answer once the log has it."""
+        last = self.actions.last_command
+        if last is None:
+            return
+        answer = command_answer(last[1], snap, last[0])
+        if answer is not None and answer != self._said_answer:
+            self._said_answer = answer
+            info = next(c for c in snap.commands if c.id == last[0]) if snap else None
+            self.say(answer, problem=info is not None and info.status != "applied")
 
     def run_action(self, action: Callable[[], str]) -> None:
         """Run one action and show what it did, or why it could not."""
+        before = self.actions.last_command
         said, problem = self.outcome(action)
+        if self.actions.last_command is before:
+            self.actions.last_command = None  # another action: its line is what to show now
+        self._said_answer = ""
         self.say(said, problem=problem)
+        self._follow_answer(self.model.run)  # an answer already read back (a fast job)
 
     @staticmethod
     def outcome(action: Callable[[], str]) -> tuple[str, bool]:

@@ -16,7 +16,9 @@ value is never applied while the view renders:
   loaded.)
 * in a notebook, where the kernel's main thread is busy training and the
   widget must update from the watcher's thread, rendering and applying hold
-  one lock.
+  one lock; and once the widget is rendered, values wait (the newest is kept)
+  until ``gate`` says its comms are open: Panel drops a change it cannot send
+  yet, and a dropped change is never sent again (see :mod:`ckptdash.dash.kernelcomms`).
 """
 
 from __future__ import annotations
@@ -42,8 +44,10 @@ class Delivery(Generic[T]):
         doc: Any | None,
         *,
         render_lock: threading.RLock | None = None,
+        gate: Callable[[], bool] | None = None,
     ) -> None:
         self._apply = apply
+        self._gate = gate
         self._served = doc is not None and doc.session_context is not None
         # Held while a notebook renders the view.
         self.render_lock = render_lock if render_lock is not None else threading.RLock()
@@ -64,6 +68,10 @@ class Delivery(Generic[T]):
             self._apply(value)
             return
         with self.render_lock:
+            if self._gate is not None and not self._gate():
+                self._pending = value  # the newest waits for the widget's comms
+                return
+            self._pending = None
             self._apply(value)
 
     def ready(self) -> None:

@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any, Final
 
 import pandas as pd
 import panel as pn
-from bokeh.models.widgets.tables import DateFormatter, NumberFormatter
+from bokeh.models.widgets.tables import DateFormatter, HTMLTemplateFormatter, NumberFormatter
 
 from ckptdash.dash.controls import Controls, button
 from ckptdash.dash.frames import NUMBER, TEXT, TIME, typed_frame
 from ckptdash.dash.metrics_plot import metrics_at_save
 from ckptdash.dash.model import DashModel
 from ckptdash.dash.snapshot import RunSnapshot
-from ckptdash.dash.views import HtmlPane
+from ckptdash.dash.text import relative
+from ckptdash.dash.views import HtmlPane, ReadOnlyTabulator
 
 SCHEMA: Final = {
     "step": NUMBER,
@@ -32,6 +32,10 @@ SCHEMA: Final = {
     "metrics": TEXT,
     "path": TEXT,
 }
+
+
+FILE_TEMPLATE: Final = '<span title="<%- path %>"><%- value %></span>'
+COLUMN_WIDTHS: Final = {"time": 165, "size": 90, "save s": 75, "trigger": 90, "resume": 95}
 
 
 def checkpoint_frame(snap: RunSnapshot | None) -> pd.DataFrame:
@@ -62,18 +66,12 @@ def checkpoint_frame(snap: RunSnapshot | None) -> pd.DataFrame:
                 "status": status,
                 "resume": " ".join(marks),
                 "attempt": c.attempt,
-                "file": _short(c.path, snap.root),
+                "file": relative(c.path, snap.root),
                 "metrics": metrics_at_save(snap, c),  # the heartbeat nearest the save's step
                 "path": c.path,
             }
         )
     return typed_frame(rows, SCHEMA)
-
-
-def _short(path: str, root: str) -> str:
-    """The path relative to the run directory when it lies inside it (the table is narrow)."""
-    rel = os.path.relpath(path, root) if os.path.isabs(path) == os.path.isabs(root) else path
-    return path if rel.startswith("..") else rel
 
 
 def _local(t: float | None) -> Any:
@@ -90,7 +88,7 @@ class CheckpointTable(pn.viewable.Viewer):  # type: ignore[misc]
         super().__init__(**params)
         self.model = model
         self.controls = controls
-        self.table = pn.widgets.Tabulator(
+        self.table = ReadOnlyTabulator(
             checkpoint_frame(None),
             show_index=False,
             selectable=1,
@@ -109,8 +107,13 @@ class CheckpointTable(pn.viewable.Viewer):  # type: ignore[misc]
                 "save s": NumberFormatter(format="0.00", nan_format="–"),
                 "stall s": NumberFormatter(format="0.000", nan_format="–"),
                 "attempt": NumberFormatter(format="0", nan_format="–"),
+                # Relative to the run directory; the full path on hover (`<%- %>` escapes).
+                "file": HTMLTemplateFormatter(template=FILE_TEMPLATE),
             },
             text_align={"step": "right", "epoch": "right", "attempt": "right"},
+            # fit_data sizes columns to the first frame the page rendered, often empty: a
+            # date would then be cut to "2026-12-0". Fixed widths for what has a known size.
+            widths=COLUMN_WIDTHS,
         )
         self.pin_button = button("Resume from this", "primary", disabled=True)
         self.pin_button.on_click(self._pin)

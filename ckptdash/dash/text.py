@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 import math
+import os
 import time
 
 DASH = "–"  # shown for a value that is not known (yet)
@@ -77,3 +78,22 @@ def percent(share: float | None, digits: int = 1) -> str:
     if share is None or not math.isfinite(share):
         return DASH
     return f"{share * 100:.{digits}f} %"
+
+
+def relative(path: str, root: str) -> str:
+    """``path`` relative to the run directory ``root`` when it lies inside it, else as given.
+
+    Checkpoint paths are recorded absolute and are long; inside one run's view the run
+    directory is known, so ``checkpoints/step=37-signal.ckpt`` says it all.
+    """
+    if not path or not root:
+        return path
+    if os.path.isabs(path) != os.path.isabs(root):  # runs/x given, /home/…/runs/x recorded
+        path, root = os.path.abspath(path), os.path.abspath(root)
+    rel = os.path.relpath(path, root)
+    return path if rel == ".." or rel.startswith(".." + os.sep) else rel
+
+
+def path_html(path: str, root: str) -> str:
+    """A path as ``<code>`` relative to ``root``, the full path on hover."""
+    return f'<code title="{esc(path)}">{esc(relative(path, root))}</code>'

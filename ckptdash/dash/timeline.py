@@ -254,6 +254,21 @@ class Timeline(pn.viewable.Viewer):  # type: ignore[misc]
                 legend_label="preemption margin",
             )
         )
+        # A command lands where its save lands (Save now → a manual save at the same step and
+        # moment): drawn first and hollow, around the save's dot, so both stay visible.
+        add(
+            fig.scatter(
+                "x",
+                "y",
+                source=s["commands"],
+                marker="square",
+                size=16,
+                fill_alpha=0,
+                line_width=2,
+                line_color="color",
+                legend_label="command",
+            )
+        )
         add(
             fig.scatter(
                 "x",
@@ -285,17 +300,6 @@ class Timeline(pn.viewable.Viewer):  # type: ignore[misc]
                 size=13,
                 color="color",
                 legend_label="requeue",
-            )
-        )
-        add(
-            fig.scatter(
-                "x",
-                "y",
-                source=s["commands"],
-                marker="square",
-                size=9,
-                color="color",
-                legend_label="command",
             )
         )
         add(

@@ -86,6 +86,20 @@ class HtmlPane(pn.pane.HTML):  # type: ignore[misc]
         model.update(text=self._get_properties(model.document)["text"])
 
 
+class ReadOnlyTabulator(pn.widgets.Tabulator):  # type: ignore[misc]
+    """A Tabulator whose rows only the server sets (``disabled``: no cell is editable).
+
+    The browser can still send its copy of the rows back with another event (a click's
+    batch); in a notebook that copy may predate rows the watcher's thread has just added, and
+    Panel's merge then fails in pandas ("Must have equal len keys and value") halfway through
+    the message, leaving a traceback in the output and the widget's document held. Rows the
+    user cannot edit have nothing to tell the server: the copy is ignored.
+    """
+
+    def _process_data(self, data: Any) -> None:
+        return None
+
+
 def html_pane(**params: Any) -> Any:
     """A full-width :class:`HtmlPane`."""
     return HtmlPane(sizing_mode="stretch_width", **params)
@@ -130,7 +144,7 @@ def render_header(model: DashModel) -> str:
         return f'<div class="ck muted">reading {esc(model.path)} …</div>'
     snap: RunSnapshot | None = model.run
     if snap is None:
-        return f'<div class="ck muted">no run in {esc(model.path)} yet; waiting for one</div>'
+        return f'<div class="ck muted">{esc(waiting_line(model.path))}</div>'
     now = model.now
     status, why = run_status(snap, now, model.stale_after_s)
     r = rates(snap, now)
@@ -175,7 +189,7 @@ def render_header(model: DashModel) -> str:
     if choice is None:
         resume = ""
     else:
-        target = f"<code>{esc(choice.path)}</code>" if choice.path else "<b>fresh start</b>"
+        target = text.path_html(choice.path, snap.root) if choice.path else "<b>fresh start</b>"
         pin = settings.resume_pin if settings is not None else None
         pinned = " <b>(pinned)</b>" if pin and pin == choice.path else ""
         resume = (
@@ -195,6 +209,11 @@ def render_header(model: DashModel) -> str:
     )
 
 
+def waiting_line(path: str) -> str:
+    """What the header says while the path holds no run yet (the training will create it)."""
+    return f"waiting for the first event in {path}"
+
+
 class RunList(pn.viewable.Viewer):  # type: ignore[misc]
     """The runs of a folder: status, attempt, step, last event; selecting one shows it."""
 
@@ -212,7 +231,7 @@ class RunList(pn.viewable.Viewer):  # type: ignore[misc]
         super().__init__(**params)
         self.model = model
         self._roots: list[str] = []
-        self._table = pn.widgets.Tabulator(
+        self._table = ReadOnlyTabulator(
             typed_frame([], self.SCHEMA),
             show_index=False,
             selectable=1,
@@ -374,12 +393,17 @@ def render_commands(snap: RunSnapshot, limit: int) -> str:
         return "<div class='ck'><h4>Commands</h4><span class='muted'>none yet</span></div>"
     rows = []
     for c in snap.commands[:limit]:
-        answer = c.detail or c.reason or c.error
+        answer = c.reason or c.error
+        shown = (
+            text.path_html(c.detail, snap.root)
+            if c.detail
+            else (f"<code>{esc(answer)}</code>" if answer else "")
+        )
         rows.append(
             f"<tr><td>{text.clock(c.issued_at or c.received_at)}</td>"
             f"<td>{esc(c.command or '?')}</td><td>{esc(c.author or '?')}</td>"
             f"<td class='st st-{esc(c.status)}'>{esc(c.status)}</td>"
-            f"<td>{'<code>' + esc(answer) + '</code>' if answer else ''}</td></tr>"
+            f"<td>{shown}</td></tr>"
         )
     return (
         "<div class='ck'><h4>Commands</h4><table><tr><th>issued</th><th>command</th>"

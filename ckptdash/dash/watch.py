@@ -321,7 +321,10 @@ class RunWatcher:
         try:
             runs = find_runs(self.path)
         except RunDirError as exc:
-            self._problem = str(exc)
+            # Not there yet, or no run in it yet: the training creates both, so this is the
+            # normal first minute of a notebook or a served folder, not an error; the views
+            # wait for the first event. A path that cannot be a run folder is a problem.
+            self._problem = "" if _may_become_a_run(self.path) else str(exc)
             return
         except OSError as exc:
             self._problem = f"{self.path}: {exc.strerror or exc}"
@@ -412,3 +415,10 @@ class RunWatcher:
         if self.mode == "poll":
             return f"{self.mode_reason}, every {self.poll_interval_s:g} s"
         return f"{self.mode_reason}, checked every {self.refresh_s:g} s"
+
+
+def _may_become_a_run(path: Path) -> bool:
+    """Whether ``path`` is missing or a readable folder: a run (or runs) may appear there."""
+    if not path.exists():
+        return True
+    return path.is_dir() and os.access(path, os.R_OK | os.X_OK)

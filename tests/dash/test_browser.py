@@ -205,7 +205,7 @@ def test_stop_needs_confirmation_and_a_rejection_shows_its_reason(
     page: Page, live: tuple[Path, FakeTrainer], wait_until: WaitUntil
 ) -> None:
     """Stop after save writes nothing until confirmed, then one command; a rejection from the
-    job shows with its reason."""
+    job shows with its reason, also on the line under the buttons."""
     root, trainer = live
     page.get_by_role("button", name="Stop after save…").click()
     expect(page.get_by_text("Stop the job?")).to_be_visible()
@@ -221,7 +221,9 @@ def test_stop_needs_confirmation_and_a_rejection_shows_its_reason(
         reason="not during evaluation",
     )
     control.complete(root, claimed)
-    expect(page.get_by_text("not during evaluation")).to_be_visible(timeout=5000)
+    # In the Commands table, and on the line under the buttons in place of "waiting".
+    expect(page.locator("code", has_text="not during evaluation")).to_be_visible(timeout=5000)
+    expect(page.get_by_text("Stop after save rejected")).to_contain_text("not during evaluation")
 
 
 def test_rows_that_arrive_after_the_page_opened_show_dates_and_numbers(

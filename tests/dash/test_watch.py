@@ -82,17 +82,26 @@ def test_a_new_run_in_the_folder_joins(
         wait_until(lambda: latest.snap is not None and len(latest.snap.runs) == 2, timeout=5)
 
 
-def test_an_empty_or_missing_folder_is_a_problem_not_a_crash(
+def test_a_missing_or_empty_folder_is_waited_for_calmly(
     tmp_path: Path, wait_until: WaitUntil
 ) -> None:
-    """A folder with no run yet is reported (with the fix) and watched until one appears."""
+    """A folder that does not exist yet, then exists empty, is no problem (the training will
+    create the run): the watcher publishes no runs and no problem, and picks the run up when
+    its first event appears. A file in place of the folder is a problem, with the fix."""
     latest = Latest()
     with RunWatcher(tmp_path / "later", mode="poll", poll_interval_s=0.05) as w:
         w.subscribe(latest)
-        wait_until(lambda: latest.snap is not None and "no such directory" in latest.snap.problem)
+        wait_until(lambda: latest.snap is not None and latest.snap.loaded)
+        assert latest.snap is not None and (latest.snap.problem, latest.snap.runs) == ("", ())
+        (tmp_path / "later").mkdir()
         EventWriter(tmp_path / "later", attempt=0).close()
         wait_until(lambda: latest.snap is not None and len(latest.snap.runs) == 1)
         assert latest.snap is not None and latest.snap.problem == ""
+    (tmp_path / "a-file").write_text("")
+    latest = Latest()
+    with RunWatcher(tmp_path / "a-file", mode="poll", poll_interval_s=0.05) as w:
+        w.subscribe(latest)
+        wait_until(lambda: latest.snap is not None and "not a directory" in latest.snap.problem)
 
 
 def test_settings_changes_are_seen(make_run: Callable[..., Path], wait_until: WaitUntil) -> None:

@@ -2,7 +2,7 @@
 
 Every test that injects faults or fuzzes records what it did with ``figures``;
 ``pytest tests/reliability`` prints them at the end (the numbers quoted in the
-README). ``CKPTDASH_LONG=1`` runs the long variants (see ``benchmarks/faults.py``
+docs/reliability.md). ``CKPTDASH_LONG=1`` runs the long variants (see ``benchmarks/faults.py``
 for the kill loops on their own).
 """
 

@@ -69,7 +69,7 @@ def _slurm_conf(slurm_cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """Print what the tier measured on the real scheduler (the README quotes these)."""
+    """Print what the tier measured on the real scheduler (docs/slurm.md quotes these)."""
     if "start_s" not in _started:
         return
     tr = terminalreporter
