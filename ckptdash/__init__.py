@@ -5,6 +5,7 @@ ckptdash never imports Lightning; :func:`dashboard` is imported on first use
 so that importing ckptdash never imports Panel.
 """
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 from ckptdash.badput import RunGoodput, goodput
@@ -37,9 +38,16 @@ __all__ = [
 __version__ = "0.1.0"
 
 
+# The framework modules import their framework; they load when first named
+# (``ckptdash.hf.CkptDashCallback``), so ``import ckptdash`` stays light.
+_FRAMEWORK_MODULES = frozenset({"accelerate", "dcp", "hf", "lightning", "submitit"})
+
+
 def __getattr__(name: str) -> Any:
     if name == "dashboard":  # Panel loads only when the dashboard is asked for
         from ckptdash.dash.app import dashboard
 
         return dashboard
+    if name in _FRAMEWORK_MODULES:
+        return importlib.import_module(f"ckptdash.{name}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
