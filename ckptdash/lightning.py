@@ -68,6 +68,7 @@ class RecordingCheckpointIO(CheckpointIO):
     def save_checkpoint(
         self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None
     ) -> None:
+        _declare_dir_of(self.session, path)
         if type(self.inner) is not TorchCheckpointIO or storage_options is not None:
             _record_written(
                 self.session,
@@ -120,6 +121,7 @@ def _record_written(
     what it wrote (a file, or a directory of shards) and record it as saved."""
     meta = _stamp(session, callback, checkpoint)
     target = os.path.abspath(os.fspath(path))
+    _declare_dir_of(session, target)
 
     def write() -> tuple[int, str]:
         write_files()
@@ -135,6 +137,11 @@ def _record_written(
     )
     if saved is not None:
         callback.on_checkpoint_saved(saved)
+
+
+def _declare_dir_of(session: Session, path: Any) -> None:
+    """Declare the folder a checkpoint is saved in, so its record counts as this run's."""
+    session.declare_checkpoint_dir(os.path.dirname(os.path.abspath(os.fspath(path))))
 
 
 def _stamp(session: Session, callback: CkptDashCallback, checkpoint: dict[str, Any]) -> Any:
@@ -175,6 +182,7 @@ class _TaggingCheckpointIO(RecordingCheckpointIO):
         self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None
     ) -> None:
         _stamp(self.session, self.callback, checkpoint)
+        _declare_dir_of(self.session, path)  # here, not in the worker thread
         self.inner.save_checkpoint(checkpoint, path, storage_options=storage_options)
 
     def remove_checkpoint(self, path: Any) -> None:
@@ -335,6 +343,11 @@ class CkptDashCallback(pl.Callback):
         session = self.session
         if session is None:
             return
+        # ModelCheckpoint has resolved its folder by now (in its own setup).
+        for cb in getattr(trainer, "checkpoint_callbacks", []):
+            dirpath = getattr(cb, "dirpath", None)
+            if dirpath:
+                session.declare_checkpoint_dir(dirpath)
         # Installed after Lightning registered its own handlers, so ours run first and
         # Lightning's SIGTERM handler cannot end fit() before the signal save.
         session.signals.install()

@@ -21,14 +21,29 @@ simply looked for again at the next poll.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import re
+import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final, Literal, TypeAlias, cast
+from typing import BinaryIO, Final, Literal, TypeAlias, cast
 
-from ckptdash.control import COMMAND_SUFFIX, is_not_a_command, read_command
+from ckptdash.control import COMMAND_SUFFIX, is_not_a_command, read_command, safe_name
 from ckptdash.errors import MalformedControlFile, RunDirError, UnreadableControlFile
-from ckptdash.events import BadLine, Command, Event, decode_lines
+from ckptdash.events import (
+    BadLine,
+    CheckpointDirDeclared,
+    CheckpointFailed,
+    CheckpointInvalid,
+    CheckpointRemoved,
+    CheckpointSaved,
+    CheckpointStarted,
+    Command,
+    Event,
+    RunResumed,
+    decode_line,
+    decode_lines,
+)
 from ckptdash.rundir import EVENT_SUFFIX, RunDir, find_runs, is_temp_file
 
 Location: TypeAlias = Literal["inbox", "claimed", "done"]
@@ -46,6 +61,39 @@ until the state has consumed them. Measured on a 2-core machine with 2 MiB of
 L2, a 1 MiB read cut into 256 KiB pieces loads about 1.5 M events/s (tail and
 state); 16 MiB pieces load half as fast.
 """
+
+MAX_LINE_BYTES: Final = 1 << 20
+"""A line longer than this (without its newline) is counted as ``oversize`` and skipped unread.
+
+Without a cap one unterminated 200 MB line was read again from its start at every poll. The
+tailer now searches for the end of such a line once, remembering how far it looked, and never
+holds more than one read of it in memory.
+"""
+
+COLD_AFTER: Final = 30
+"""Polls in a row that found an event file unchanged before it counts as *cold*."""
+COLD_EVERY: Final = 16
+"""A cold file is looked at (one ``stat``) every this many polls, or when the caller says it
+changed (:meth:`RunTailer.touch`: the watcher does, from inotify). A folder of 100,000 idle
+event files then costs an idle watcher a few percent of a core instead of a third of one."""
+_LISTING_SETTLED_S: Final = 60.0
+"""An ``events/`` folder unchanged for this long has its listing reused until it changes:
+a file created within the same timestamp tick as the previous change would otherwise be missed."""
+
+# The records that decide what a checkpoint is: they count only from a file of this run whose
+# name, first line and the record itself agree on run, attempt and rank (see docs/format.md).
+_VOUCHED: Final = frozenset(
+    {
+        CheckpointStarted,
+        CheckpointSaved,
+        CheckpointFailed,
+        CheckpointRemoved,
+        CheckpointInvalid,
+        CheckpointDirDeclared,
+        RunResumed,
+    }
+)
+_NAME_RE: Final = re.compile(r"^A(\d{4,})\.R(\d{4,})\.")
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +139,10 @@ class _Cursor:
     offset: int = 0
     lineno: int = 1  # number of the next line to decode
     ino: int | None = None
+    scanned: int = 0  # bytes after offset searched for a newline: an oversize line being skipped
+    idle: int = 0  # checks in a row that found the file unchanged
+    next_check: int = 0  # a cold file is looked at again at this poll number
+    first: str | None = None  # "" when line 1 agrees with the name and run.json, else why not
 
 
 @dataclass(slots=True)
@@ -131,6 +183,13 @@ class RunTailer:
         self._budget = -1  # bytes the running poll may still decode; -1: no limit
         self._poll_number = 0  # a generator of an older poll stops instead of re-reading
         self._reported: set[tuple[str, str]] = set()
+        self._run_id: str | None = None  # from run.json, once it exists
+        self._listing: tuple[object, list[str]] | None = None
+        self._touched: set[str] = set()
+
+    def touch(self, names: Iterable[str]) -> None:
+        """Look at these event files (names or paths) at the next poll even if they are cold."""
+        self._touched.update(os.path.basename(n) for n in names)
 
     @property
     def root(self) -> Path:
@@ -185,11 +244,30 @@ class RunTailer:
         names, trouble = self._event_file_names()
         if trouble:
             yield trouble
+        if names and self._run_id is None and (problem := self._read_run_id()):
+            yield problem
+        touched, self._touched = self._touched, set()
+        cursors = self._cursors
         for name in names:
             if self._budget == 0:
                 self.caught_up = False
                 return
+            cur = cursors.get(name)
+            if cur is not None and cur.next_check > number and name not in touched:
+                continue  # cold: nothing changed for a while; looked at every COLD_EVERY polls
             yield from self._read_file(name, number)
+
+    def _read_run_id(self) -> TailBatch:
+        """The run id that checkpoint records must carry: run.json's, or the folder's name."""
+        try:
+            if not self.run_dir.run_file.exists():
+                return TailBatch()  # a writer creates it before its first event file
+            self._run_id = self.run_dir.info().run_id
+        except RunDirError as exc:
+            return self._report("run.json", "read the run id", OSError(str(exc)))
+        except OSError as exc:
+            return self._report("run.json", "read the run id", exc)
+        return TailBatch()
 
     def _report(self, file: str, problem: str, exc: OSError) -> TailBatch:
         """A bad line for an unreadable file or folder, once per (file, problem) until it heals."""
@@ -201,6 +279,10 @@ class RunTailer:
 
     def _event_file_names(self) -> tuple[list[str], TailBatch]:
         try:
+            st = os.stat(self.run_dir.events)
+            key = (st.st_ino, st.st_mtime_ns, st.st_size)
+            if self._listing is not None and self._listing[0] == key:
+                return self._listing[1], TailBatch()
             names = os.listdir(self.run_dir.events)
         except FileNotFoundError:
             return [], TailBatch()
@@ -208,6 +290,9 @@ class RunTailer:
             return [], self._report("events/", "list the folder", exc)
         self._reported.discard(("events/", "list the folder"))
         names = sorted(n for n in names if n.endswith(EVENT_SUFFIX) and not is_temp_file(n))
+        # Reuse this listing until the folder changes, once its last change is long past.
+        settled = time.time() - st.st_mtime > _LISTING_SETTLED_S
+        self._listing = (key, names) if settled else None
         return names, TailBatch()
 
     def _read_file(self, name: str, number: int) -> Iterator[TailBatch]:
@@ -230,11 +315,17 @@ class RunTailer:
                 " reading it again from the start, so earlier events may count twice"
             )
             self.restarts += 1
-            cur.offset, cur.lineno = 0, 1
+            cur.offset, cur.lineno, cur.scanned, cur.first = 0, 1, 0, None
             yield TailBatch(bad=[BadLine(name, 0, "invalid", detail)])
         cur.ino = st.st_ino
+        if self._sizes.get(name) == st.st_size:
+            cur.idle += 1
+            if cur.idle >= COLD_AFTER:
+                cur.next_check = number + COLD_EVERY
+        else:
+            cur.idle = cur.next_check = 0
         size = self._sizes[name] = st.st_size
-        if size == cur.offset:
+        if size == cur.offset + cur.scanned:
             return
         try:
             f = open(path, "rb")  # noqa: SIM115 - held across the yields below
@@ -248,29 +339,80 @@ class RunTailer:
         with f:
             # Read only up to the size seen now, so a fast writer cannot keep one poll going.
             while cur.offset < size:
+                if cur.scanned:
+                    if not self._skip_oversize(f, name, cur, size):
+                        return  # its newline has not come yet; searched up to here
+                    yield TailBatch(bad=[self._oversize_line(name, cur)])
+                    continue
                 f.seek(cur.offset)
                 block = f.read(min(self._read_bytes, size - cur.offset))
                 cut = block.rfind(b"\n") + 1
-                while cut == 0 and 0 < len(block) < size - cur.offset:  # a line longer than a read
+                # A line longer than a read: read on, but never past the cap.
+                left = size - cur.offset
+                while cut == 0 and 0 < len(block) <= MAX_LINE_BYTES and len(block) < left:
                     more = f.read(min(self._read_bytes, size - cur.offset - len(block)))
                     if not more:
                         break
                     block += more
                     cut = block.rfind(b"\n") + 1
                 if cut == 0:
+                    if len(block) > MAX_LINE_BYTES:
+                        cur.scanned = len(block)  # skip it, remembering how far we looked
+                        continue
                     return  # only the start of a line so far: it waits for its newline
                 start = 0
+                long = _long_line(block, 0, cut) if cut > MAX_LINE_BYTES else None
                 while start < cut:
                     if number != self._poll_number:
                         return  # a newer poll moved the cursor: this block is stale
                     if self._budget == 0:
                         self.caught_up = False
                         return
-                    end = self._piece_end(block, start, cut)
+                    if long is not None and long[0] == start:
+                        cur.scanned = long[1] - 1 - start  # its newline is at long[1] - 1
+                        yield TailBatch(bad=[self._oversize_line(name, cur)])
+                        start = long[1]
+                        long = _long_line(block, start, cut)
+                        continue
+                    end = self._piece_end(block, start, cut if long is None else long[0])
                     yield self._decode(block[start:end], name, cur)
                     if self._budget > 0:
                         self._budget = max(0, self._budget - (end - start))
                     start = end
+
+    def _skip_oversize(self, f: BinaryIO, name: str, cur: _Cursor, size: int) -> bool:
+        """Search on for the newline that ends an oversize line, from where the last search
+        stopped. True when found: ``cur.scanned`` is then the line's length (the newline is at
+        ``cur.offset + cur.scanned``); False when the line goes on to the end of the file."""
+        pos = cur.offset + cur.scanned
+        f.seek(pos)
+        while pos < size:
+            chunk = f.read(min(self._read_bytes, size - pos))
+            if not chunk:
+                break
+            i = chunk.find(b"\n")
+            if i >= 0:
+                cur.scanned = pos + i - cur.offset  # the line's length, without its newline
+                return True
+            pos += len(chunk)
+        cur.scanned = pos - cur.offset
+        return False
+
+    def _oversize_line(self, name: str, cur: _Cursor) -> BadLine:
+        """Count the oversize line that ends at ``cur.offset + cur.scanned`` and step past it."""
+        length = cur.scanned
+        if cur.lineno == 1:
+            cur.first = "its first line is oversize"
+        bad = BadLine(
+            name,
+            cur.lineno,
+            "oversize",
+            f"{length} bytes, longer than a line may be ({MAX_LINE_BYTES}); skipped unread",
+        )
+        cur.offset += length + 1
+        cur.lineno += 1
+        cur.scanned = 0
+        return bad
 
     def _piece_end(self, block: bytes, start: int, cut: int) -> int:
         """End of the next piece to decode: whole lines, about ``decode_bytes`` long."""
@@ -282,16 +424,70 @@ class RunTailer:
         return end
 
     def _decode(self, piece: bytes, name: str, cur: _Cursor) -> TailBatch:
-        records = decode_lines(piece, file=name, first_lineno=cur.lineno)
+        first_lineno = cur.lineno
+        records = decode_lines(piece, file=name, first_lineno=first_lineno)
         cur.lineno += piece.count(b"\n")
         cur.offset += len(piece)
-        # One C-speed pass over the types; the slower split only when some line was bad.
-        if BadLine not in set(map(type, records)):
+        if cur.first is None and records:
+            cur.first = self._disagreement(name, records[0])
+        # One C-speed pass over the types; the slower paths only for a bad line or a record
+        # that decides what a checkpoint is (rare: a few per thousand lines).
+        types = set(map(type, records))
+        if not types.isdisjoint(_VOUCHED) and any(
+            self._foreign(name, cur, r)
+            for r in records
+            if type(r) in _VOUCHED and not isinstance(r, BadLine)
+        ):
+            return self._decode_vouched(piece, name, cur, first_lineno)
+        if BadLine not in types:
             return TailBatch(events=cast("list[Event]", records))
         batch = TailBatch()
         for r in records:
             if isinstance(r, BadLine):
                 batch.bad.append(r)
+            else:
+                batch.events.append(r)
+        return batch
+
+    def _disagreement(self, name: str, record: Event | BadLine) -> str:
+        """Why the file's first line does not vouch for the file ("" when it does)."""
+        if isinstance(record, BadLine):
+            return f"its first line is not a valid event ({record.reason})"
+        return self._mismatch(name, record)
+
+    def _mismatch(self, name: str, ev: Event) -> str:
+        m = _NAME_RE.match(name)
+        if m is None:
+            return "its file is not named A<attempt>.R<rank>.…jsonl"
+        run_id = self._run_id if self._run_id is not None else self.run_dir.root.name
+        if ev.run != run_id:
+            return f"run {ev.run!r} is not this run ({run_id!r} in run.json)"
+        if (ev.attempt, ev.rank) != (int(m.group(1)), int(m.group(2))):
+            return (
+                f"attempt {ev.attempt} rank {ev.rank} in a file named for attempt"
+                f" {int(m.group(1))} rank {int(m.group(2))}"
+            )
+        return ""
+
+    def _foreign(self, name: str, cur: _Cursor, ev: Event) -> str:
+        """Why a checkpoint record does not belong to this run ("" when it does)."""
+        why = self._mismatch(name, ev)
+        if not why and cur.first:
+            why = f"its file does not belong to this run: {cur.first}"
+        return why
+
+    def _decode_vouched(self, piece: bytes, name: str, cur: _Cursor, lineno: int) -> TailBatch:
+        """Decode ``piece`` line by line, reporting each foreign checkpoint record as invalid."""
+        batch = TailBatch()
+        for offset, line in enumerate(piece.split(b"\n")):
+            if not line.strip():
+                continue
+            r = decode_line(line, name, lineno + offset)
+            if isinstance(r, BadLine):
+                batch.bad.append(r)
+            elif type(r) in _VOUCHED and (why := self._foreign(name, cur, r)):
+                detail = f"{r.KIND} not counted: {why}"
+                batch.bad.append(BadLine(name, lineno + offset, "invalid", detail))
             else:
                 batch.events.append(r)
         return batch
@@ -315,7 +511,7 @@ class RunTailer:
                 if is_not_a_command(name):
                     continue
                 # A file moving while we list can show up twice; moves only go forward.
-                seen[name.removesuffix(COMMAND_SUFFIX) or name] = (index, name)
+                seen[safe_name(name.removesuffix(COMMAND_SUFFIX) or name)] = (index, name)
         for cid in sorted(seen):
             index, name = seen[cid]
             known = self._commands.get(cid)
@@ -355,12 +551,26 @@ def _read_command(path: Path, location: Location) -> _Known:
         command = read_command(path)
         error, unreadable = None, False
     except MalformedControlFile as exc:
-        command, error, unreadable = None, str(exc), isinstance(exc, UnreadableControlFile)
+        command, unreadable = None, isinstance(exc, UnreadableControlFile)
+        error = safe_name(str(exc))
     try:
         mtime = os.stat(path).st_mtime
     except OSError:
         mtime = 0.0
     return _Known(location, command, error, mtime, unreadable)
+
+
+def _long_line(block: bytes, start: int, cut: int) -> tuple[int, int] | None:
+    """The first line of ``block[start:cut]`` (whole lines) longer than MAX_LINE_BYTES, as
+    (its start, the end of its newline), or None. Jumps a cap's width at a time, so a block
+    of short lines costs a few ``rfind`` calls, not one per line."""
+    pos = start
+    while cut - pos > MAX_LINE_BYTES:
+        nl = block.rfind(b"\n", pos, pos + MAX_LINE_BYTES + 1)
+        if nl < 0:
+            return pos, block.find(b"\n", pos) + 1
+        pos = nl + 1
+    return None
 
 
 class FolderTailer:

@@ -65,8 +65,14 @@ class Monitor:
             self._resume = self.session.choose_resume()
         return self._resume
 
-    def load(self, map_location: Any = "cpu", weights_only: bool = False) -> Any:
-        """Load the checkpoint the resume rule chose and record it; None on a fresh start."""
+    def load(self, map_location: Any = "cpu", weights_only: bool = True) -> Any:
+        """Load the checkpoint the resume rule chose and record it; None on a fresh start.
+
+        ``weights_only=True`` (the default) lets ``torch.load`` rebuild only tensors, numbers,
+        strings and containers: a checkpoint file someone swapped for a malicious pickle
+        cannot run code. Pass ``weights_only=False`` only for files you trust that hold
+        other objects (it unpickles arbitrary classes).
+        """
         import torch
 
         choice = self.resume_choice
@@ -122,6 +128,7 @@ class Monitor:
             state = {**state, META_KEY: session.metadata(trig)}
         saved = None
         if session.rank == 0 or all_ranks:
+            session.declare_checkpoint_dir(os.path.dirname(os.path.abspath(target)))
             try:
                 saved = save_atomic(
                     session.writer if session.rank == 0 else None,

@@ -33,12 +33,14 @@ from typing import Any
 from ckptdash import control
 from ckptdash.errors import CkptDashError
 from ckptdash.events import (
+    CheckpointDirDeclared,
     CheckpointInvalid,
     CheckpointSaved,
     CommandApplied,
     CommandExpired,
     CommandReceived,
     CommandRejected,
+    ControlFailed,
     ExceptionRaised,
     Heartbeat,
     RequeueIssued,
@@ -53,6 +55,7 @@ from ckptdash.events import (
 )
 from ckptdash.resume import ResumeChoice, choose_resume
 from ckptdash.rundir import RunDir
+from ckptdash.tail import MAX_LINE_BYTES
 from ckptdash.train import dist
 from ckptdash.train.config import ConfigError, TrainConfig
 from ckptdash.train.guard import RunGuard
@@ -78,7 +81,7 @@ def _attempt_jobs(files: list[Path]) -> dict[int, str | None]:
             continue
         try:
             with open(path, "rb") as f:
-                first = f.readline()
+                first = f.readline(MAX_LINE_BYTES + 1)  # a hostile first line is not read whole
         except OSError:
             continue
         for event in decode_lines(first, str(path)) if first.endswith(b"\n") else ():
@@ -159,6 +162,11 @@ class Session:
         self._max_steps: int | None = None
         self._started = False
         self._closed = False
+        self._declared: set[str] = set()
+        # Command ids this run has received in any attempt: a file copied back into the
+        # inbox after done/ is rejected, never applied twice.
+        self._seen_commands: set[str] = set()
+        self._control_failures: set[tuple[str, str | None]] = set()
 
     # --- identity ------------------------------------------------------------------------
 
@@ -221,10 +229,51 @@ class Session:
             )
         run_guard.confirm(started)
         if self.rank == 0 and started is not None and run_guard.view is not None:
+            self._seen_commands = {
+                cid
+                for cid, c in run_guard.view.state.commands.items()
+                if c.received_at is not None
+                or c.resolved_at is not None
+                or c.location in ("claimed", "done")
+            }
             recover(self, run_guard.view, started.t)  # orphaned commands, interrupted saves
+            self.declare_checkpoint_dir(self.config.checkpoint_path)
         if install_signals:
             self.signals.install()
         self._last_check_time = time.monotonic()
+
+    def declare_checkpoint_dir(self, path: str | os.PathLike[str]) -> None:
+        """Record that this run saves checkpoints in the directory ``path`` (rank 0; once per
+        directory per attempt). Only checkpoints inside the run directory or a declared
+        directory count as this run's: a record naming any other file is reported invalid,
+        never resumed from or pinned. Call it when a framework's checkpoint folder becomes
+        known (ckptdash declares ``TrainConfig.checkpoint_path`` at start and the folder of
+        every save it records)."""
+        if self.rank != 0:
+            return
+        where = os.path.abspath(os.fspath(path))
+        if where in self._declared:
+            return
+        self.writer.emit(CheckpointDirDeclared, step=self.step, path=where)
+        self._declared.add(where)
+
+    def complete_command(self, claimed: control.Claimed) -> None:
+        """Move an answered command to ``done/``; a failure is an event, never the end of
+        training (the outcome is already in the log, so the command is not applied again)."""
+        try:
+            control.complete(self.run, claimed)
+        except (CkptDashError, OSError) as exc:
+            self._control_failed(str(exc), claimed.id)
+
+    def _control_failed(self, reason: str, command_id: str | None = None) -> None:
+        """Report a control-channel failure: an event, and a warning for whoever reads stderr
+        (once per reason and command in this attempt, however often it repeats)."""
+        reason = control.safe_name(reason)
+        if (reason, command_id) in self._control_failures:
+            return
+        self._control_failures.add((reason, command_id))
+        warnings.warn(f"ckptdash: {reason}", RuntimeWarning, stacklevel=3)
+        self.writer.emit(ControlFailed, step=self.step, reason=reason, command_id=command_id)
 
     def choose_resume(self) -> ResumeChoice:
         """Apply the resume rule on rank 0, tell every rank, and record the choice and skips."""
@@ -379,12 +428,25 @@ class Session:
 
     def _take_commands(self) -> None:
         try:
-            claimed_now = control.claim(self.run)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                claimed_now = control.claim(self.run)
         except (CkptDashError, OSError) as exc:
-            # The inbox being unusable must not end training; say so once per poll.
-            warnings.warn(f"ckptdash: cannot take commands: {exc}", RuntimeWarning, stacklevel=2)
+            # The inbox being unusable must not end training: an event says why.
+            self._control_failed(f"cannot take commands: {exc}")
             return
+        for w in caught:  # a file that cannot be claimed stays pending: say so, once
+            self._control_failed(str(w.message))
         for claimed in claimed_now:
+            if claimed.id in self._seen_commands:
+                self._answer(
+                    claimed,
+                    CommandRejected,
+                    reason=f"replayed: command {claimed.id} was already received in this run;"
+                    " a command is applied at most once (issue a new one)",
+                )
+                continue
+            self._seen_commands.add(claimed.id)
             self.writer.emit(
                 CommandReceived, step=self.step, command_id=claimed.id, command=claimed.command_name
             )
@@ -482,7 +544,7 @@ class Session:
         self.writer.emit(
             kind, step=self.step, command_id=claimed.id, command=claimed.command_name, **fields
         )
-        control.complete(self.run, claimed)
+        self.complete_command(claimed)
 
 
 def _numeric(metrics: Mapping[str, Any] | None) -> dict[str, float]:
