@@ -76,9 +76,10 @@ COLD_EVERY: Final = 16
 """A cold file is looked at (one ``stat``) every this many polls, or when the caller says it
 changed (:meth:`RunTailer.touch`: the watcher does, from inotify). A folder of 100,000 idle
 event files then costs an idle watcher a few percent of a core instead of a third of one."""
-_LISTING_SETTLED_S: Final = 60.0
-"""An ``events/`` folder unchanged for this long has its listing reused until it changes:
-a file created within the same timestamp tick as the previous change would otherwise be missed."""
+_LISTING_SETTLED_S: Final = 2.0
+"""An ``events/`` folder whose last change is this much older than our listing has the
+listing reused until it changes again; a more recent change may share its timestamp with a
+file created after we listed, so that listing is not trusted."""
 
 # The records that decide what a checkpoint is: they count only from a file of this run whose
 # name, first line and the record itself agree on run, attempt and rank (see docs/format.md).

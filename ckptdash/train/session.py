@@ -232,9 +232,7 @@ class Session:
             self._seen_commands = {
                 cid
                 for cid, c in run_guard.view.state.commands.items()
-                if c.received_at is not None
-                or c.resolved_at is not None
-                or c.location in ("claimed", "done")
+                if c.received_at is not None or c.resolved_at is not None or c.location == "claimed"
             }
             recover(self, run_guard.view, started.t)  # orphaned commands, interrupted saves
             self.declare_checkpoint_dir(self.config.checkpoint_path)

@@ -1,0 +1,69 @@
+"""An oversize line costs one pass, never a re-read; 100,000 idle event files cost an idle
+reader little (issue 11, finding 9)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from ckptdash import Monitor
+from ckptdash.cli import main as cli
+from ckptdash.resume import load_state
+from ckptdash.rundir import RunDir
+from ckptdash.tail import COLD_AFTER, COLD_EVERY, MAX_LINE_BYTES, RunTailer
+
+BIG = 200 << 20
+
+
+def test_an_unterminated_200_mb_line_is_skipped_once_and_counted(tmp_path: Path) -> None:
+    """A 200 MB line without its newline: ``ckptdash status`` answers in under a second, a
+    later poll does not read it again, and once its newline comes it counts as one
+    ``oversize`` line and the events after it are read."""
+    run = tmp_path / "run"
+    with Monitor(run, install_signals=False) as monitor:
+        monitor.step(1)
+        monitor.save({"step": 1})
+    path = RunDir(run).events / "A0000.R0000.h.1.jsonl"
+    with open(path, "wb") as f:
+        f.write(b'{"kind":"heartbeat","x":"' + b"x" * BIG)
+    began = time.perf_counter()
+    assert cli(["status", str(run), "--no-scheduler"]) == 0
+    assert time.perf_counter() - began < 1.0
+
+    tailer = RunTailer(run)
+    tailer.poll()
+    began = time.perf_counter()
+    for _ in range(5):
+        tailer.poll()
+    assert time.perf_counter() - began < 0.2, "each poll read the oversize line again"
+    with open(path, "ab") as f:
+        f.write(b'"}\n' + b"{\n")
+    batch = tailer.poll()
+    assert [(b.line, b.reason) for b in batch.bad] == [(1, "oversize"), (2, "corrupt")]
+    assert str(MAX_LINE_BYTES) in batch.bad[0].detail
+    assert load_state(run).bad_lines.counts == {"oversize": 1, "corrupt": 1}
+
+
+def test_idle_event_files_go_cold_and_cost_a_poll_little(tmp_path: Path) -> None:
+    """Empty event files unchanged for COLD_AFTER polls are looked at once every COLD_EVERY
+    polls, and the folder is not listed again while it is unchanged: an idle poll of 20,000
+    costs under 15 ms of CPU on a busy 2-core machine (the idle figure for 100,000 is in
+    benchmarks/idle_watch.py). A cold file written after that is still read."""
+    run = RunDir(tmp_path / "run")
+    run.ensure()
+    folder = os.fsencode(run.events)
+    names = [b"A0000.R%04d.h.%d.jsonl" % (i % 9999, i) for i in range(20_000)]
+    for name in names:
+        os.close(os.open(os.path.join(folder, name), os.O_CREAT | os.O_WRONLY, 0o644))
+    tailer = RunTailer(run)
+    for _ in range(COLD_AFTER + 1):
+        tailer.poll()
+    began = time.process_time()
+    for _ in range(COLD_EVERY):
+        tailer.poll()
+    per_poll = (time.process_time() - began) / COLD_EVERY
+    assert per_poll < 0.015, f"an idle poll costs {per_poll * 1000:.1f} ms of CPU"
+    with open(os.path.join(folder, names[7]), "ab") as f:
+        f.write(b"{\n")
+    assert sum(len(tailer.poll().bad) for _ in range(COLD_EVERY)) == 1
