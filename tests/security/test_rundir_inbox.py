@@ -26,7 +26,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def train(run: Path, seconds: float = 60) -> subprocess.CompletedProcess[str]:
     """Run the tiny training loop as its own process until a command stops it."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # The caller's PYTHONPATH first (the ckptdash under test), then this checkout's tests.
+    path = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), str(ROOT)) if p)
+    env = {**os.environ, "PYTHONPATH": path}
     cmd = [sys.executable, "-m", "tests.security.train_child", str(run), str(seconds)]
     return subprocess.run(
         cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=seconds + 60, check=False
