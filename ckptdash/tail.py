@@ -142,7 +142,6 @@ class _Cursor:
     ino: int | None = None
     scanned: int = 0  # bytes after offset searched for a newline: an oversize line being skipped
     idle: int = 0  # checks in a row that found the file unchanged
-    next_check: int = 0  # a cold file is looked at again at this poll number
     first: str | None = None  # "" when line 1 agrees with the name and run.json, else why not
 
 
@@ -176,6 +175,8 @@ class RunTailer:
         self.restarts = 0
         self.caught_up = True
         """False when the last poll stopped at its byte budget (there may be more to read)."""
+        self.looked_at = 0
+        """Event files the last poll looked at (one ``stat`` each): cold files are skipped."""
         self._read_bytes = max(1, read_bytes)
         self._decode_bytes = max(1, decode_bytes)
         self._cursors: dict[str, _Cursor] = {}
@@ -187,6 +188,10 @@ class RunTailer:
         self._run_id: str | None = None  # from run.json, once it exists
         self._listing: tuple[object, list[str]] | None = None
         self._touched: set[str] = set()
+        # Cold files are split into COLD_EVERY fixed groups; a poll looks at the hot files and
+        # one group. Rebuilt when the listing or the set of cold files changes.
+        self._cold: set[str] = set()
+        self._schedule: tuple[list[str], list[str], list[list[str]]] | None = None
 
     def touch(self, names: Iterable[str]) -> None:
         """Look at these event files (names or paths) at the next poll even if they are cold."""
@@ -248,15 +253,28 @@ class RunTailer:
         if names and self._run_id is None and (problem := self._read_run_id()):
             yield problem
         touched, self._touched = self._touched, set()
-        cursors = self._cursors
-        for name in names:
+        self.looked_at = 0
+        for name in self._due(names, number, touched):
             if self._budget == 0:
                 self.caught_up = False
                 return
-            cur = cursors.get(name)
-            if cur is not None and cur.next_check > number and name not in touched:
-                continue  # cold: nothing changed for a while; looked at every COLD_EVERY polls
             yield from self._read_file(name, number)
+
+    def _due(self, names: list[str], number: int, touched: set[str]) -> list[str]:
+        """The files to look at in this poll: every hot one, one group of the cold ones, and
+        the cold ones the caller said changed; in name order."""
+        if not self._cold:
+            return names
+        sched = self._schedule
+        if sched is None or sched[0] is not names:
+            cold = [n for n in names if n in self._cold]
+            hot = [n for n in names if n not in self._cold]
+            groups = [cold[i::COLD_EVERY] for i in range(COLD_EVERY)]
+            sched = self._schedule = (names, hot, groups)
+        _, hot, groups = sched
+        due = [*hot, *groups[number % COLD_EVERY]]
+        due += (n for n in touched if n in self._cold and n not in due)
+        return sorted(due)
 
     def _read_run_id(self) -> TailBatch:
         """The run id that checkpoint records must carry: run.json's, or the folder's name."""
@@ -302,6 +320,7 @@ class RunTailer:
         cur = self._cursors.get(name)
         if cur is None:
             cur = self._cursors[name] = _Cursor()
+        self.looked_at += 1
         try:
             st = os.stat(path)
         except FileNotFoundError:
@@ -321,10 +340,14 @@ class RunTailer:
         cur.ino = st.st_ino
         if self._sizes.get(name) == st.st_size:
             cur.idle += 1
-            if cur.idle >= COLD_AFTER:
-                cur.next_check = number + COLD_EVERY
+            if cur.idle == COLD_AFTER:
+                self._cold.add(name)
+                self._schedule = None
         else:
-            cur.idle = cur.next_check = 0
+            cur.idle = 0
+            if name in self._cold:
+                self._cold.discard(name)
+                self._schedule = None
         size = self._sizes[name] = st.st_size
         if size == cur.offset + cur.scanned:
             return

@@ -69,7 +69,8 @@ class Scenario:
     """A run state fed by hand, and the snapshots a watcher would have published of it."""
 
     root: str = "/runs/exp1"
-    state: RunState = field(default_factory=lambda: RunState("/runs/exp1", "r1"))
+    # Fed by hand with checkpoints anywhere (/ck/…): not confined to the run directory.
+    state: RunState = field(default_factory=lambda: RunState("/runs/exp1", "r1", confine=False))
     builder: SnapshotBuilder = field(default_factory=lambda: SnapshotBuilder("/runs/exp1"))
     version: int = 0
 
@@ -136,6 +137,8 @@ def make_run(tmp_path: Path) -> Callable[..., Path]:
     def make(name: str = "exp1", evs: list[Event] | None = None) -> Path:
         root = tmp_path / name
         evs = preempted_run() if evs is None else evs
+        root.mkdir(parents=True, exist_ok=True)  # the events' run id, as the job's run.json says
+        (root / "run.json").write_bytes(b'{"v":1,"run_id":"r1","created_at":0}\n')
         for attempt in sorted({e.attempt for e in evs}):
             with EventWriter(root, attempt=attempt, host=f"n{attempt}") as w:
                 for e in evs:

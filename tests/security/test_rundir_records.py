@@ -11,7 +11,7 @@ import pytest
 
 from ckptdash import Monitor, choose_resume, control
 from ckptdash.cli import main as cli
-from ckptdash.events import CheckpointDirDeclared, CheckpointSaved, encode
+from ckptdash.events import CheckpointSaved, encode
 from ckptdash.resume import load_state
 from ckptdash.rundir import RunDir, checksum_file
 from ckptdash.tail import RunTailer
@@ -87,6 +87,8 @@ def test_a_declared_checkpoint_folder_outside_the_run_counts(tmp_path: Path) -> 
     """Checkpoints the run saves in its own folder outside the run directory
     (``checkpoint_dir``) count: the folder is declared at start and on save, once per
     attempt, and the next attempt resumes from it."""
+    from ckptdash.events import CheckpointDirDeclared  # new in issue 11
+
     run, scratch = tmp_path / "run", tmp_path / "scratch" / "ckpts"
     with _monitor(run, checkpoint_dir=scratch) as monitor:
         monitor.step(5)
