@@ -25,7 +25,7 @@ from timing import Row, table
 
 # Module names, imported only when chosen (and never again in the agreement's spawned ranks,
 # which re-import this file).
-BENCHMARKS = ("ingest", "step_overhead", "save_cost", "agreement", "dash_latency")
+BENCHMARKS = ("ingest", "step_overhead", "save_cost", "agreement", "dash_latency", "idle_watch")
 OUT = Path(__file__).resolve().parent / "out"
 
 

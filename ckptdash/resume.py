@@ -91,12 +91,14 @@ def choose_resume(
         recorded = find_recorded(state, pin)
         if recorded is None:
             skipped.append((pin, "pinned path is not a checkpoint this run recorded; refused"))
+        elif why := _opened_outside(state, recorded):
+            skipped.append((recorded.path, f"pinned checkpoint is invalid: {why}"))
         elif (problem := check_checkpoint(recorded, validate)) is not None:
             skipped.append((recorded.path, f"pinned checkpoint is invalid: {problem}"))
         else:
             return ResumeChoice(recorded.path, "pinned in the run settings", recorded.step, skipped)
     for info in reversed(state.valid_checkpoints()):
-        problem = check_checkpoint(info, validate)
+        problem = _opened_outside(state, info) or check_checkpoint(info, validate)
         if problem is None:
             reason = f"newest valid checkpoint (step {info.step}, trigger {info.trigger})"
             if skipped:
@@ -105,6 +107,12 @@ def choose_resume(
         skipped.append((info.path, problem))
     reason = "no valid checkpoint recorded: fresh start"
     return ResumeChoice(None, reason, None, skipped)
+
+
+def _opened_outside(state: RunState, info: CheckpointInfo) -> str:
+    """Why the file a loader would open for ``info`` (a relative path: from this process's
+    working directory) is not where the run keeps checkpoints ("" when it is)."""
+    return state.outside(os.path.abspath(info.path)) if not os.path.isabs(info.path) else ""
 
 
 def resume_path(run_dir: str | os.PathLike[str]) -> str | None:

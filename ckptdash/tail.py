@@ -188,6 +188,7 @@ class RunTailer:
         self._run_id: str | None = None  # from run.json, once it exists
         self._listing: tuple[object, list[str]] | None = None
         self._touched: set[str] = set()
+        self._events_dir = str(self.run_dir.events)
         # Cold files are split into COLD_EVERY fixed groups; a poll looks at the hot files and
         # one group. Rebuilt when the listing or the set of cold files changes.
         self._cold: set[str] = set()
@@ -316,7 +317,7 @@ class RunTailer:
 
     def _read_file(self, name: str, number: int) -> Iterator[TailBatch]:
         """Decode the complete lines appended to ``name`` since the last read, piece by piece."""
-        path = self.run_dir.events / name
+        path = os.path.join(self._events_dir, name)  # a str: pathlib costs more than stat
         cur = self._cursors.get(name)
         if cur is None:
             cur = self._cursors[name] = _Cursor()
