@@ -70,7 +70,7 @@ def run(quick: bool) -> list[Row]:
     with tempfile.TemporaryDirectory(prefix="ckptdash-bench-idle-") as tmp:
         flooded = _make_run(Path(tmp) / "flooded", junk)
         plain = _make_run(Path(tmp) / "plain", 0)
-        base_warm, base = _cpu_per_poll(plain, polls)
+        _, base = _cpu_per_poll(plain, polls)
         warm, cold = _cpu_per_poll(flooded, polls)
     share = cold / 1.0  # at the default poll_interval_s=1.0
     return [
