@@ -25,6 +25,7 @@ import re
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from itertools import compress
 from pathlib import Path
 from typing import BinaryIO, Final, Literal, TypeAlias, cast
 
@@ -459,9 +460,8 @@ class RunTailer:
         # that decides what a checkpoint is (rare: a few per thousand lines).
         types = set(map(type, records))
         if not types.isdisjoint(_VOUCHED) and any(
-            self._foreign(name, cur, r)
-            for r in records
-            if type(r) in _VOUCHED and not isinstance(r, BadLine)
+            self._foreign(name, cur, r)  # type: ignore[arg-type]  # only events are vouched
+            for r in compress(records, map(_VOUCHED.__contains__, map(type, records)))
         ):
             return self._decode_vouched(piece, name, cur, first_lineno)
         if BadLine not in types:
