@@ -50,7 +50,7 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, TypeAlias
@@ -191,7 +191,13 @@ def issue(
     raise ControlError(f"{rd.inbox}: could not pick an unused command id; try again")
 
 
-def claim(run_dir: PathArg, *, now: float | None = None, limit: int = CLAIM_BATCH) -> list[Claimed]:
+def claim(
+    run_dir: PathArg,
+    *,
+    now: float | None = None,
+    limit: int = CLAIM_BATCH,
+    on_problem: Callable[[str], object] | None = None,
+) -> list[Claimed]:
     """Take up to ``limit`` commands from the inbox, oldest first (well-formed names before
     others); each file goes to exactly one caller. The rest wait for the next call.
 
@@ -200,7 +206,8 @@ def claim(run_dir: PathArg, *, now: float | None = None, limit: int = CLAIM_BATC
     files are claimed too and come back with ``error`` set — none is dropped.
     The moves are durable before this returns, so the caller may act on them.
     A file that cannot be moved (permissions) stays pending, with a
-    :class:`RuntimeWarning` naming it: a broken control file never stops training.
+    :class:`RuntimeWarning` naming it (or a call of ``on_problem`` with that message):
+    a broken control file never stops training.
 
     >>> for c in claim(run.root):  # doctest: +SKIP
     ...     writer.emit(CommandReceived, command_id=c.id, command=c.command_name)
@@ -222,13 +229,15 @@ def claim(run_dir: PathArg, *, now: float | None = None, limit: int = CLAIM_BATC
             # claimed/ as an orphan and is answered command_expired, never applied twice.)
             continue
         except OSError as exc:
-            warnings.warn(
-                f"{rd.inbox / name}: cannot claim it ({exc.strerror}); it stays pending until"
-                f" it can be moved to {rd.claimed}: check both folders' permissions and"
-                " that nothing of that name is in the way",
-                RuntimeWarning,
-                stacklevel=2,
+            problem = (
+                f"{safe_name(str(rd.inbox / name))}: cannot claim it ({exc.strerror}); it stays"
+                f" pending until it can be moved to {rd.claimed}: check both folders'"
+                " permissions and that nothing of that name is in the way"
             )
+            if on_problem is not None:
+                on_problem(problem)
+            else:
+                warnings.warn(problem, RuntimeWarning, stacklevel=2)
             continue
         taken.append(name)
     if taken:

@@ -426,15 +426,12 @@ class Session:
 
     def _take_commands(self) -> None:
         try:
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                claimed_now = control.claim(self.run)
+            # A file that cannot be claimed stays pending: an event says so, once.
+            claimed_now = control.claim(self.run, on_problem=self._control_failed)
         except (CkptDashError, OSError) as exc:
             # The inbox being unusable must not end training: an event says why.
             self._control_failed(f"cannot take commands: {exc}")
             return
-        for w in caught:  # a file that cannot be claimed stays pending: say so, once
-            self._control_failed(str(w.message))
         for claimed in claimed_now:
             if claimed.id in self._seen_commands:
                 self._answer(
