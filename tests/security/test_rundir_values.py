@@ -4,19 +4,26 @@
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
+import pytest
 
 from ckptdash import Monitor
+from ckptdash.dash.app import Dashboard, DashOptions
+from ckptdash.dash.hub import WatcherHub
 from ckptdash.dash.watch import RunWatcher
 from ckptdash.events import decode_metrics
 from ckptdash.resume import load_state
 from ckptdash.rundir import RunDir
 
 ROOT = Path(__file__).resolve().parents[2]
+MAX_TIME = 2.0**32  # the latest time and longest duration a line may hold (docs/format.md)
+MAX_INT = 2**63 - 1  # the largest step, size, attempt
 HOSTILE = [
     {"kind": "heartbeat", "t": 10485849600.0},  # year 2302: a node with a broken clock
     {"kind": "heartbeat", "t": 1e300},
@@ -70,3 +77,36 @@ def test_out_of_range_values_are_invalid_lines_and_every_run_still_shows(tmp_pat
         snap = watcher.latest
         assert snap is not None and snap.problem == ""
         assert sorted(r.root for r in snap.runs) == sorted([str(good), str(bad)])
+
+
+def test_the_largest_valid_values_draw_in_the_dashboard(
+    tmp_path: Path, wait_until: Callable[..., None], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The last time and the largest step a line may hold (2^32 s, 2^63-1) are drawn by the
+    dashboard (the notebook widget's views: header, table, timeline) without an error."""
+    run = tmp_path / "run"
+    with Monitor(run, install_signals=False) as monitor:
+        monitor.step(3)
+        monitor.save({"step": 3})
+    rd = RunDir(run)
+    envelope = {"v": 1, "run": rd.info().run_id, "attempt": 0, "rank": 0, "host": "h"}
+    top = {"t": MAX_TIME, "step": MAX_INT}
+    lines = [
+        {"kind": "heartbeat", **top, "time_left_s": -MAX_TIME, "metrics": {"loss": 1e300}},
+        {"kind": "checkpoint_saved", **top, "path": str(rd.checkpoints / "x"), "trigger": "api",
+         "size_bytes": MAX_INT, "duration_s": MAX_TIME},
+    ]  # fmt: skip
+    text = "".join(json.dumps({**envelope, **line}) + "\n" for line in lines)
+    (rd.events / "A0000.R0000.h.1.jsonl").write_text(text)
+    assert load_state(run).bad_lines.counts == {}
+    hub = WatcherHub()
+    dash = Dashboard(run, options=DashOptions(watch="poll"), hub=hub)
+    try:
+        wait_until(lambda: len(dash.table.table.value) == 2, what="both checkpoints shown")
+        with dash.holding_updates():
+            pass  # the snapshot has reached every view
+        failures = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+        assert failures == []  # a view that raises is logged by the watcher, not raised
+    finally:
+        dash.close()
+        hub.close()
