@@ -25,7 +25,16 @@ from timing import Row, table
 
 # Module names, imported only when chosen (and never again in the agreement's spawned ranks,
 # which re-import this file).
-BENCHMARKS = ("ingest", "step_overhead", "save_cost", "agreement", "dash_latency", "idle_watch")
+BENCHMARKS = (
+    "ingest",
+    "step_overhead",
+    "save_cost",
+    "agreement",
+    "dash_latency",
+    "validate_dir",
+    "hf_step_overhead",
+    "idle_watch",
+)
 OUT = Path(__file__).resolve().parent / "out"
 
 

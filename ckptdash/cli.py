@@ -30,12 +30,20 @@ from ckptdash.errors import CkptDashError
 from ckptdash.resume import choose_resume, find_recorded, load_state
 from ckptdash.rundir import RunDir, find_runs
 from ckptdash.state import RunState
+from ckptdash.terminal import printable_output
 
 EXIT_USAGE = 2
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``ckptdash`` command; returns the exit status."""
+    # Event text from the run directory is printed below: one filter keeps terminal control
+    # characters in it from reaching the terminal (see ckptdash/terminal.py).
+    with printable_output():
+        return _main(argv)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     if not hasattr(args, "func"):
@@ -162,11 +170,34 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--allow-remote",
         action="store_true",
-        help="allow a non-loopback --address (anyone reaching it can stop the job: add auth)",
+        help="allow a non-loopback --address (anyone reaching it can try: add TLS)",
     )
     s.add_argument(
-        "--basic-auth", metavar="PASSWORD_OR_FILE", help="ask for a password (Panel's basic auth)"
+        "--basic-auth",
+        metavar="FILE",
+        help="also ask for a password (Panel's login page), read from FILE (chmod 600): one"
+        ' password, or {"user": "password", ...}; or set $CKPTDASH_BASIC_AUTH',
     )
+    s.add_argument(
+        "--token-file",
+        metavar="FILE",
+        help="the URL's token, from FILE (chmod 600) or $CKPTDASH_TOKEN (default: a new random"
+        " token at each start)",
+    )
+    s.add_argument(
+        "--no-auth",
+        action="store_true",
+        help="ask no token (every user who reaches the port can stop the job; warns at start)",
+    )
+    s.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="another Host name the browser uses (a proxy); others get 403 (repeatable)",
+    )
+    s.add_argument("--certfile", metavar="PEM", help="serve https: the TLS certificate")
+    s.add_argument("--keyfile", metavar="PEM", help="serve https: the certificate's private key")
     s.add_argument(
         "--origin", action="append", default=[], metavar="HOST:PORT", help="more page origins"
     )
@@ -478,19 +509,35 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from ckptdash.dash import access
     from ckptdash.dash.app import DashOptions, ServeOptions, serve
 
     if args.poll and args.inotify:
         raise CkptDashError("--poll and --inotify: choose one (or neither: detected per mount)")
+    if args.no_auth and args.token_file:
+        raise CkptDashError("--no-auth and --token-file: choose one")
+    # Secrets come from files only their owner can read, or the environment: never argv.
+    if args.keyfile:
+        access.read_secret_file(args.keyfile, "--keyfile")  # refused if others can read it
+    env_token, env_password = access.environment_secrets()
+    token = access.read_secret_file(args.token_file, "--token-file") if args.token_file else None
+    password: str | None = env_password
+    if args.basic_auth:
+        password = access.read_secret_file(args.basic_auth, "--basic-auth")
     serve(
         args.path,
         ServeOptions(
             address=args.address,
             port=args.port,
             allow_remote=args.allow_remote,
-            basic_auth=args.basic_auth,
+            basic_auth=None if password is None else access.basic_auth_secret(password),
             origins=tuple(args.origin),
             show=args.show,
+            token=token or env_token,
+            no_auth=args.no_auth,
+            allow_hosts=tuple(args.allow_host),
+            certfile=args.certfile,
+            keyfile=args.keyfile,
         ),
         DashOptions(
             watch="poll" if args.poll else "inotify" if args.inotify else "auto",

@@ -6,8 +6,10 @@
     ├── ControlError           a command or the settings file cannot be written or read
     │   └── MalformedControlFile   a command/settings file on disk does not parse
     │       └── UnreadableControlFile  it could not be read (permissions); may work later
+    ├── CheckpointChoiceError  the checkpoint the user asked to resume from is not valid
     ├── AtomicWriteError       an atomic write could not complete (the old file is intact)
-    └── EventWriteError        an event could not be appended (disk full, permissions, I/O)
+    ├── EventWriteError        an event could not be appended (disk full, permissions, I/O)
+    └── SaveError              a save through Monitor.saving() was not published
 
 Messages name the file or value that is wrong and say how to fix it, because
 they are usually read by someone on a login node who did not write the code.
@@ -40,6 +42,11 @@ class UnreadableControlFile(MalformedControlFile):
     """A command or settings file exists but cannot be read now (permissions, I/O)."""
 
 
+class CheckpointChoiceError(CkptDashError, ValueError):
+    """The checkpoint given to resume from (``fit(ckpt_path=...)``) fails validation; the
+    message names it, why, and the newest valid checkpoint to use instead."""
+
+
 class AtomicWriteError(CkptDashError, OSError):
     """An atomic write failed; the previous file of that name is untouched."""
 
@@ -50,3 +57,9 @@ class EventWriteError(CkptDashError, OSError):
     The log stays readable: a partly written line is cut back, so the next event
     starts on a line of its own. The action the event describes is not recorded.
     """
+
+
+class SaveError(CkptDashError):
+    """A save through :meth:`~ckptdash.Monitor.saving` was not published: this rank's or
+    another rank's writing failed. Nothing was renamed into place; the previous checkpoint
+    of that name is intact."""

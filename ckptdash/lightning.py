@@ -23,19 +23,22 @@ from typing import Any, Final
 
 from ckptdash.events import CheckpointRemoved, CheckpointSaved, Trigger
 from ckptdash.train.config import TrainConfig
+from ckptdash.train.forward import forward_to_children
 from ckptdash.train.saving import META_KEY, durable_existing, record_save, save_atomic
 from ckptdash.train.scheduler import Scheduler
 from ckptdash.train.session import Decision, Session
+from ckptdash.train.signals import signal_name
 from ckptdash.train.ticker import Ticker
 
 try:
     import lightning.pytorch as pl
-    from lightning.pytorch.callbacks import ModelCheckpoint, OnExceptionCheckpoint
+    from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint, OnExceptionCheckpoint
     from lightning.pytorch.plugins.io import AsyncCheckpointIO, CheckpointIO, TorchCheckpointIO
 except ImportError:  # pragma: no cover - exercised only where the old package name is installed
     # The old package name ships the same classes; mypy sees them as distinct types.
     import pytorch_lightning as pl  # type: ignore[no-redef,unused-ignore]
     from pytorch_lightning.callbacks import (  # type: ignore[assignment,unused-ignore]
+        EarlyStopping,
         ModelCheckpoint,
         OnExceptionCheckpoint,
     )
@@ -46,6 +49,8 @@ except ImportError:  # pragma: no cover - exercised only where the old package n
     )
 
 _HPC_NAME = re.compile(r"^hpc_ckpt_\d+\.ckpt$")
+# The file name _MultiProcessingLauncher gives the weights a ddp_spawn worker hands back.
+_SPAWN_HANDOVER_NAME: Final = ".temp.ckpt"
 # Configured intervals shorter than this check at every step anyway; the ticker need not spin.
 _SHORTEST_CHECK_PERIOD_S: Final = 0.001
 
@@ -68,6 +73,11 @@ class RecordingCheckpointIO(CheckpointIO):
     def save_checkpoint(
         self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None
     ) -> None:
+        if _is_spawn_handover(path):
+            # ddp_spawn hands the final weights to its launcher through a temp file that the
+            # launcher deletes at once: not a checkpoint anyone can resume from.
+            self.inner.save_checkpoint(checkpoint, path, storage_options=storage_options)
+            return
         _declare_dir_of(self.session, path)
         if type(self.inner) is not TorchCheckpointIO or storage_options is not None:
             _record_written(
@@ -142,6 +152,73 @@ def _record_written(
 def _declare_dir_of(session: Session, path: Any) -> None:
     """Declare the folder a checkpoint is saved in, so its record counts as this run's."""
     session.declare_checkpoint_dir(os.path.dirname(os.path.abspath(os.fspath(path))))
+
+
+_UNKNOWN: Final = object()
+
+
+def _given_ckpt_path(trainer: Any) -> Any:
+    """The ``ckpt_path`` the user passed to ``trainer.fit`` (before Lightning resolved
+    "last", "hpc" or its own defaults), or ``_UNKNOWN``. Lightning keeps no copy of it: it is
+    read from the caller's frame, or, in a ddp_spawn worker, from the launched call."""
+    frame = inspect.currentframe()
+    while frame is not None:
+        code, local = frame.f_code.co_name, frame.f_locals
+        if code == "fit" and local.get("self") is trainer and "ckpt_path" in local:
+            return local["ckpt_path"]
+        if code == "_wrapping_function":  # fit's arguments, as the launcher passed them on
+            function, args = local.get("function"), local.get("args")
+            if getattr(function, "__name__", "") == "_fit_impl" and isinstance(args, tuple):
+                return args[4] if len(args) >= 5 else _UNKNOWN
+        frame = frame.f_back
+    return _UNKNOWN
+
+
+def _end_reason(trainer: Any) -> str:
+    """Why a fit() that ran to its end ended: ``completed``, or ``completed: early stopping
+    (<EarlyStopping's message>)`` when an EarlyStopping callback stopped it."""
+    for cb in trainer.callbacks:
+        message = getattr(cb, "stopping_reason_message", None)  # Lightning >= 2.6
+        if isinstance(cb, EarlyStopping) and (cb.stopped_epoch or message):
+            return f"completed: early stopping ({message or f'monitor {cb.monitor!r}'})"
+    return "completed"
+
+
+def _lightning_requeue_signal(trainer: Any) -> str | None:
+    """The signal of Lightning's SLURM auto-requeue when it is on (SLURM detected), else None."""
+    connector = getattr(trainer, "_accelerator_connector", None)
+    env = getattr(connector, "cluster_environment", None)
+    if type(env).__name__ != "SLURMEnvironment" or not getattr(env, "auto_requeue", False):
+        return None
+    signum = getattr(env, "requeue_signal", None)
+    return None if signum is None else signal_name(int(signum))
+
+
+def _in_spawn_launcher() -> bool:
+    """Whether this runs inside a multiprocessing launcher's ``launch`` (ddp_spawn)."""
+    frame = inspect.currentframe()
+    while frame is not None:
+        owner = frame.f_locals.get("self")
+        if frame.f_code.co_name == "launch" and type(owner).__name__ == "_MultiProcessingLauncher":
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _under_lightning_interrupt_handling() -> bool:
+    """Whether this fit() runs inside Lightning's ``_call_and_handle_interrupt`` (which calls
+    ``on_exception`` on failure); a ddp_spawn worker runs it bare."""
+    frame = inspect.currentframe()
+    while frame is not None:
+        if frame.f_code.co_name == "_call_and_handle_interrupt":
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _is_spawn_handover(path: Any) -> bool:
+    """Whether ``path`` is the ``<tmp>/.temp.ckpt`` a ddp_spawn worker writes for its launcher."""
+    return bool(os.path.basename(os.fspath(path)) == _SPAWN_HANDOVER_NAME)
 
 
 def _stamp(session: Session, callback: CkptDashCallback, checkpoint: dict[str, Any]) -> Any:
@@ -241,6 +318,14 @@ class CkptDashCallback(pl.Callback):
         self._ticker: Ticker | None = None
         _skip_unused_hooks(self)
 
+    def __getstate__(self) -> dict[str, Any]:
+        # ddp_spawn pickles the Trainer, callbacks included, for its workers: the one moment a
+        # callback runs in the launcher. A signal to the launcher (SLURM's --signal=B: with
+        # `exec python`) would kill it and its workers; from now on it reaches the workers.
+        if self.session is None and _in_spawn_launcher():
+            forward_to_children(list(self.config.signals))
+        return self.__dict__.copy()
+
     # --- triggers ------------------------------------------------------------------------------
 
     def trigger_now(self) -> Trigger:
@@ -283,6 +368,7 @@ class CkptDashCallback(pl.Callback):
         self._record_sharded_saves(trainer, session)
         if self.config.resume:
             self._hook_resume(trainer, session)
+        self._close_on_failure(trainer)  # after: a refused ckpt_path fails the attempt too
 
     def _wrap_checkpoint_io(self, trainer: Any, session: Session) -> None:
         io = trainer.strategy.checkpoint_io
@@ -320,6 +406,59 @@ class CkptDashCallback(pl.Callback):
         save_checkpoint._ckptdash = True  # type: ignore[attr-defined]
         strategy.save_checkpoint = save_checkpoint
 
+    def _close_on_failure(self, trainer: Any) -> None:
+        """Make sure a fit() that raises records ``run_failed``, whatever Lightning then runs.
+
+        Lightning's interrupt path calls the callbacks' ``on_exception`` (ours first, then
+        checkpoint callbacks such as OnExceptionCheckpoint, which save there), then the
+        strategy's ``on_exception`` — and never the callbacks' ``teardown``. So the attempt
+        is closed in the strategy's hook, after every exception save. A ddp_spawn worker runs
+        fit() outside that path (no hook at all): there the stage itself is wrapped.
+        """
+        strategy = trainer.strategy
+        original = strategy.on_exception
+        if not getattr(original, "_ckptdash", False):
+
+            def on_exception(exception: BaseException) -> None:
+                self._fail(trainer, exception)
+                original(exception)
+
+            on_exception._ckptdash = True  # type: ignore[attr-defined]
+            strategy.on_exception = on_exception
+        if _under_lightning_interrupt_handling():
+            return
+        trainer._run_stage = self._failing_on_error(trainer, trainer._run_stage)
+        connector = trainer._checkpoint_connector  # the resume choice can refuse (invalid)
+        connector.resume_start = self._failing_on_error(trainer, connector.resume_start)
+
+    def _failing_on_error(self, trainer: Any, method: Callable[..., Any]) -> Callable[..., Any]:
+        """``method``, ending the attempt as failed when it raises (for a bare ddp_spawn worker)."""
+
+        def guarded(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return method(*args, **kwargs)
+            except BaseException as exc:
+                self._fail(trainer, exc)
+                raise
+
+        return guarded
+
+    def _fail(self, trainer: Any, exception: BaseException) -> None:
+        """Record the exception (once) and end the attempt as failed, on this rank."""
+        self._stop_timed_checks()
+        session, self.session = self.session, None
+        if session is None:
+            return
+        with contextlib.suppress(Exception):  # a failed async save is already an event
+            _flush_async(trainer.strategy.checkpoint_io)
+        if self._error is None:  # on_exception did not run (a ddp_spawn worker)
+            session.record_exception(exception)
+        error, self._error = self._error or exception, None
+        if isinstance(error, KeyboardInterrupt):  # Ctrl+C: stopped on purpose, as in Monitor
+            session.close(reason="interrupted")
+        else:
+            session.close(error=error)
+
     def _hook_resume(self, trainer: Any, session: Session) -> None:
         # Lightning picks the path inside fit() before any hook runs, then hands it to
         # resume_start(); this is the one place a callback can apply its own rule.
@@ -328,16 +467,46 @@ class CkptDashCallback(pl.Callback):
 
         def resume_start(checkpoint_path: Any = None, *args: Any, **kwargs: Any) -> Any:
             path = checkpoint_path
-            reason = "given to fit(ckpt_path=...)"
-            if path is None or _HPC_NAME.match(Path(os.fspath(path)).name):
+            given = _given_ckpt_path(trainer)
+            hpc = path is not None and _HPC_NAME.match(Path(os.fspath(path)).name) is not None
+            if given is None or (given is _UNKNOWN and (path is None or hpc)):
+                # No choice of the user's: ckptdash's rule, over Lightning's own picks (an
+                # old hpc_ckpt_N on SLURM, "last" when OnExceptionCheckpoint is there).
                 choice = session.choose_resume()
                 lightning_pick = f" (instead of Lightning's {Path(path).name})" if path else ""
                 path, reason = choice.path, choice.reason + lightning_pick
+            elif path is not None:
+                # The user's explicit choice is respected, once it validates.
+                reason = session.check_given(os.fspath(path))
+            # else: the user asked (e.g. "last") and Lightning found nothing: load nothing.
+            result = original(path, *args, **kwargs)
             if path is not None:
-                session.record_resumed(os.fspath(path), reason)
-            return original(path, *args, **kwargs)
+                loaded = getattr(connector, "_loaded_checkpoint", None) or {}
+                step = loaded.get("global_step")
+                step = step if isinstance(step, int) else None
+                session.record_resumed(os.fspath(path), reason, step=step)
+            return result
 
         connector.resume_start = resume_start
+
+    def on_sanity_check_start(self, trainer: Any, pl_module: Any) -> None:
+        # The sanity-check validation runs with Lightning's handlers already registered.
+        if self.session is not None:
+            self._take_signals_over(trainer, self.session)
+
+    def _take_signals_over(self, trainer: Any, session: Session) -> None:
+        if session.signals.installed:
+            return  # since the sanity check
+        # Installed after Lightning registered its own handlers, so ours run first and
+        # Lightning's SIGTERM handler cannot end fit() before the signal save.
+        requeue_signal = _lightning_requeue_signal(trainer)
+        if requeue_signal is not None:
+            # Lightning's SLURM auto-requeue is on: its handler would save hpc_ckpt_N mid-step
+            # and requeue behind ckptdash's back. Its signal becomes one of ours instead: the
+            # same save at the step boundary, ckptdash's requeue and budget.
+            session.also_handle(requeue_signal, "requeue")
+        session.signals.install()
+        session.announce_signals()
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         session = self.session
@@ -348,9 +517,7 @@ class CkptDashCallback(pl.Callback):
             dirpath = getattr(cb, "dirpath", None)
             if dirpath:
                 session.declare_checkpoint_dir(dirpath)
-        # Installed after Lightning registered its own handlers, so ours run first and
-        # Lightning's SIGTERM handler cannot end fit() before the signal save.
-        session.signals.install()
+        self._take_signals_over(trainer, session)
         overridden = type(self).on_train_batch_end is not CkptDashCallback.on_train_batch_end
         if session.world_size == 1 and not overridden:
             # One process: check when a period has passed or a signal came, not at every step.
@@ -414,12 +581,15 @@ class CkptDashCallback(pl.Callback):
             trainer.should_stop = True
 
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
-        self._error = exception
         self._stop_timed_checks()
-        if self.session is not None:
-            self.session.step = trainer.global_step
-            if self.session.rank == 0:
-                self.session.record_exception(exception)
+        session = self.session
+        if session is None or self._error is not None:
+            return
+        self._error = exception
+        session.step = trainer.global_step
+        # Every rank that got it records it (ranks other than 0 in their own file); the
+        # attempt is closed as failed once exception saves ran (see _close_on_failure).
+        session.record_exception(exception)
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
         self._stop_timed_checks()
@@ -448,5 +618,5 @@ class CkptDashCallback(pl.Callback):
             with contextlib.suppress(Exception):
                 io.inner.teardown()
         session, self.session = self.session, None
-        session.close(error=self._error)
+        session.close(_end_reason(trainer), error=self._error)
         self._error = None

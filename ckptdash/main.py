@@ -3,9 +3,10 @@
     panel serve ckptdash --args runs/exp1     # a run directory or a folder of runs
     panel serve ckptdash                      # $CKPTDASH_RUN_DIR, else ./runs
 
-Panel's own options (``--port``, ``--address``, ``--basic-auth``,
-``--oauth-provider`` …) apply as usual; ``ckptdash serve`` is the same app with
-safe defaults.
+Panel's own options (``--port``, ``--address``, ``--oauth-provider`` …) apply as
+usual. This is Panel's server, without ckptdash's gate: no token and no Host allowlist,
+so any user of the machine can drive it. ``ckptdash serve`` is the same app with those
+(see ``ckptdash/dash/access.py``); prefer it on a shared login node.
 """
 
 import sys

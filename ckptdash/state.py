@@ -130,7 +130,8 @@ class _Attempt:
         self.info = AttemptInfo(attempt)
         self.streams: dict[int, _Stream] = {}
         self.series = _Series()
-        # Chosen among ranks by (rank, t): rank 0's word wins; the earliest start, the last end.
+        # Chosen among ranks by (rank, t): rank 0's word wins; the earliest start, the last end
+        # (but the first run_failed of any rank, see _on_run_ended).
         self.start: tuple[tuple[int, Key], ev_.RunStarted] | None = None
         self.resume: tuple[tuple[int, Key], ev_.RunResumed] | None = None
         self.end: tuple[tuple[int, float, Key], ev_.RunFinished | ev_.RunFailed] | None = None
@@ -373,7 +374,9 @@ class RunState:
 
     def _on_run_ended(self, ev: ev_.RunFinished | ev_.RunFailed, k: Key) -> None:
         a = self._attempts[ev.attempt]
-        pref = (ev.rank, -ev.t, k)
+        # A failure on any rank fails the attempt, and the first one is its cause (the other
+        # ranks' errors are then often "connection closed by peer"); else rank 0's last end.
+        pref = (-1, ev.t, k) if isinstance(ev, ev_.RunFailed) else (ev.rank, -ev.t, k)
         if a.end is None or pref < a.end[0]:
             a.end = (pref, ev)
 
@@ -517,7 +520,9 @@ class RunState:
             if isinstance(end, ev_.RunFailed):
                 info.outcome, info.end_reason = "failed", end.error
             else:
-                info.outcome = "finished" if end.reason == "completed" else "stopped"
+                # "completed: <why>" (e.g. early stopping) is a finished run that says why.
+                done = end.reason == "completed" or end.reason.startswith("completed:")
+                info.outcome = "finished" if done else "stopped"
                 info.end_reason = end.reason
         else:
             info.outcome = "lost" if n < newest else "running"

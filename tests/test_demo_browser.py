@@ -63,7 +63,7 @@ def _wait_for_url(log: Path, proc: subprocess.Popen[bytes], timeout: float) -> s
     deadline = time.monotonic() + timeout
     pause = threading.Event()  # never set: a short pause between looks at the log
     while time.monotonic() < deadline:
-        found = re.search(r"live dashboard at (http://\S+/)", log.read_text())
+        found = re.search(r"live dashboard at (http://\S+)", log.read_text())
         if found:
             return found.group(1)
         if proc.poll() is not None:

@@ -51,7 +51,8 @@ def run_status(
             return "running", f"attempt {n} got {signalled[-1].signal}: saving before it stops"
         return "running", f"attempt {n} is training"
     if newest.outcome == "finished":
-        return "finished", f"attempt {n} completed the training"
+        why = newest.end_reason.partition("completed:")[2].strip()  # e.g. early stopping
+        return "finished", f"attempt {n} completed the training" + (f": {why}" if why else "")
     if newest.outcome == "failed":
         return "failed", f"attempt {n} failed: {newest.end_reason}"
     requeues = [r for r in snap.requeues if r.attempt == n]

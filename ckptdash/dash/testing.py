@@ -93,14 +93,15 @@ class ServeProcess:
         deadline = time.monotonic() + timeout
         pause = threading.Event()  # never set: a short pause between looks at the log
         while time.monotonic() < deadline:
-            found = re.search(r"at (http://\S+/)", self.log())
+            found = re.search(r"at (https?://\S+)", self.log())
             if found:
                 return found.group(1)
             if self.proc.poll() is not None:
                 break
             pause.wait(0.02)
+        printed = self.log()  # read before stop() removes the log
         self.stop()
-        raise RuntimeError(f"ckptdash serve did not start:\n{self.log()}")
+        raise RuntimeError(f"ckptdash serve did not start:\n{printed}")
 
     def log(self) -> str:
         """What the server printed so far."""

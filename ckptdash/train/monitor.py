@@ -14,15 +14,19 @@ with ckptdash.Monitor("runs/exp1", max_steps=1000) as monitor:
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from ckptdash.events import CheckpointSaved, Trigger
+from ckptdash.errors import SaveError
+from ckptdash.events import CheckpointRemoved, CheckpointSaved, CheckpointStarted, Trigger
 from ckptdash.resume import ResumeChoice
+from ckptdash.train import dist, publish
 from ckptdash.train.config import TrainConfig
-from ckptdash.train.saving import META_KEY, save_atomic
+from ckptdash.train.saving import META_KEY, durable_existing, record_save, save_atomic
 from ckptdash.train.scheduler import Scheduler
 from ckptdash.train.session import Decision, Session
 
@@ -55,6 +59,8 @@ class Monitor:
         self._resume: ResumeChoice | None = None
         self._decision: Decision | None = None
         self._stop = False
+        self._declared: set[Path] = set()
+        self._announced: set[str] = set()  # paths record_started() announced, awaiting record()
 
     # --- resume ------------------------------------------------------------------------------
 
@@ -68,16 +74,25 @@ class Monitor:
     def load(self, map_location: Any = "cpu", weights_only: bool = True) -> Any:
         """Load the checkpoint the resume rule chose and record it; None on a fresh start.
 
-        ``weights_only=True`` (the default) lets ``torch.load`` rebuild only tensors, numbers,
-        strings and containers: a checkpoint file someone swapped for a malicious pickle
-        cannot run code. Pass ``weights_only=False`` only for files you trust that hold
-        other objects (it unpickles arbitrary classes).
+        A file is loaded with ``torch.load``. ``weights_only=True`` (the default) lets it
+        rebuild only tensors, numbers, strings and containers: a checkpoint file someone
+        swapped for a malicious pickle cannot run code. Pass ``weights_only=False`` only for
+        files you trust that hold other objects (it unpickles arbitrary classes).
+        A directory checkpoint (saved through
+        :meth:`saving` or recorded with :meth:`record`) is returned as its
+        :class:`~pathlib.Path`, already validated file by file, for the framework's own
+        loader: ``dcp.load(state, checkpoint_id=monitor.load())``.
         """
         import torch
 
         choice = self.resume_choice
         if choice.path is None:
             return None
+        if os.path.isdir(choice.path):
+            # A directory checkpoint (DCP, Hugging Face, Accelerate) is loaded by its own
+            # framework: hand back its path, e.g. for dcp.load(state, checkpoint_id=path).
+            self.session.record_resumed(choice.path, choice.reason, step=choice.step)
+            return Path(choice.path)
         obj = torch.load(choice.path, map_location=map_location, weights_only=weights_only)
         self.session.record_resumed(choice.path, choice.reason, step=choice.step)
         return obj
@@ -128,7 +143,7 @@ class Monitor:
             state = {**state, META_KEY: session.metadata(trig)}
         saved = None
         if session.rank == 0 or all_ranks:
-            session.declare_checkpoint_dir(os.path.dirname(os.path.abspath(target)))
+            self.declare_checkpoint_dir(os.path.dirname(os.path.abspath(target)))
             try:
                 saved = save_atomic(
                     session.writer if session.rank == 0 else None,
@@ -148,6 +163,146 @@ class Monitor:
             session.after_save(saved, str(target))
             self._stop = self._stop or decision.stop
         return saved
+
+    # --- saves written by other code ---------------------------------------------------------
+
+    @contextlib.contextmanager
+    def saving(
+        self, path: str | os.PathLike[str] | None = None, *, trigger: Trigger | None = None
+    ) -> Iterator[Path]:
+        """Save with any writer: yields a path next to ``path`` for it to write a file or a
+        directory, then publishes it atomically onto ``path`` and records it.
+
+        On leaving the block every file is fsync'ed, a directory gets a manifest of its
+        files (:mod:`ckptdash.manifest`), and the result is renamed onto ``path``. An
+        exception inside publishes nothing and records ``checkpoint_failed``. Every rank
+        must enter the block (it agrees on one temp name, and the lead rank publishes
+        only once every rank's writing returned), so ranks may write shards into it::
+
+            with monitor.saving(f"{run_dir}/checkpoints/step={step}") as tmp:
+                dcp.save(model.state_dict(), checkpoint_id=tmp)
+
+        ``trigger`` and ``path`` default as in :meth:`save` (``path`` without the
+        ``.ckpt``). A pending signal, Save now or Stop decision is answered by this save.
+        The folder holding ``path`` is declared as one of the run's checkpoint folders.
+        """
+        session = self.session
+        trig = self._trigger(trigger)
+        target = Path(path) if path else self.config.checkpoint_path / f"step={session.step}"
+        self.declare_checkpoint_dir(Path(os.path.abspath(target)).parent)
+        pending = publish.begin(session, target, trig)
+        error: BaseException | None = None
+        try:
+            yield pending.temp
+        except BaseException as exc:
+            error = exc
+        try:
+            saved = publish.finish(session, pending, error)
+        except BaseException as exc:
+            self._settle(trigger, None, str(pending.target), exc)
+            raise
+        self._settle(trigger, saved, str(pending.target), None)
+
+    def record(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        trigger: Trigger | None = None,
+        step: int | None = None,
+    ) -> CheckpointSaved | None:
+        """Record a file or directory checkpoint that other code already wrote in place.
+
+        Call it on every rank once the writing returned (a collective with several
+        ranks: the lead rank reads only after all of them got here). The lead fsyncs
+        every file and, for a directory, writes its manifest; then ``checkpoint_saved``.
+        The folder holding ``path`` is declared as one of the run's checkpoint folders.
+        ``step`` defaults to the last one given to :meth:`step`. A pending decision is
+        answered as by :meth:`save`.
+        """
+        session = self.session
+        if step is not None:
+            session.step = step
+        trig = self._trigger(trigger)
+        target = os.path.abspath(path)
+        self.declare_checkpoint_dir(os.path.dirname(target))
+        dist.agree_max([0])  # a barrier: every rank's files are written
+        saved = None
+        error: str | None = None
+        if session.rank == 0:
+            try:
+                saved = record_save(
+                    session.writer,
+                    target,
+                    trigger=trig,
+                    step=session.step,
+                    epoch=session.epoch,
+                    write=lambda: durable_existing(target),
+                    announce=target not in self._announced,
+                )
+            except Exception as exc:
+                error = f"{type(exc).__name__}: {exc}"
+        self._announced.discard(target)
+        error = dist.broadcast_object(error)
+        if error is not None:
+            failure = SaveError(f"{target}: could not be recorded ({error})")
+            self._settle(trigger, None, target, failure)
+            raise failure
+        self._settle(trigger, saved, target, None)
+        return saved
+
+    def record_started(
+        self, path: str | os.PathLike[str], *, trigger: Trigger | None = None
+    ) -> None:
+        """Record that other code is about to write a checkpoint in place at ``path``
+        (rank 0 writes). If the process dies before :meth:`record`, the next attempt
+        records the save as interrupted instead of it leaving no trace."""
+        target = os.path.abspath(path)
+        if self.session.rank == 0:
+            self.declare_checkpoint_dir(os.path.dirname(target))
+            self.session.writer.emit(
+                CheckpointStarted,
+                step=self.session.step,
+                path=target,
+                trigger=self._trigger(trigger),
+            )
+            self._announced.add(target)
+
+    def record_removed(self, path: str | os.PathLike[str], reason: str = "removed") -> None:
+        """Record that a checkpoint was deleted (e.g. a framework's rotation); rank 0 writes."""
+        if self.session.rank == 0:
+            self.session.writer.emit(
+                CheckpointRemoved, step=self.session.step, path=os.path.abspath(path), reason=reason
+            )
+
+    def _trigger(self, trigger: Trigger | None) -> Trigger:
+        decision = self._decision
+        return trigger or (decision.trigger if decision else "api")
+
+    def _settle(
+        self,
+        trigger: Trigger | None,
+        saved: CheckpointSaved | None,
+        path: str,
+        error: BaseException | None,
+    ) -> None:
+        """Answer the pending decision with this save's outcome, as :meth:`save` does."""
+        decision = self._decision
+        if decision is None or (trigger is not None and trigger != decision.trigger):
+            return
+        self._decision = None
+        if error is not None:
+            self.session.save_failed(error)
+            return
+        self.session.after_save(saved, path)
+        self._stop = self._stop or decision.stop
+
+    def declare_checkpoint_dir(self, path: str | os.PathLike[str]) -> None:
+        """Tell the run that checkpoints live in ``path`` too (a framework's output folder),
+        so records there count; once per folder, on rank 0."""
+        folder = Path(os.path.abspath(path))
+        if folder not in self._declared and self.session.rank == 0:
+            self._declared.add(folder)
+            self.session.declare_checkpoint_dir(folder)
 
     def stop(self) -> None:
         """Ask the loop to end (sets :attr:`should_stop`)."""

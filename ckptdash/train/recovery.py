@@ -33,7 +33,9 @@ claimed command and every started save ends with an outcome — and frees the sp
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -132,7 +134,9 @@ def remove_temp_files(
                 continue
             try:
                 st = entry.stat(follow_symlinks=False)
-                if not entry.is_file(follow_symlinks=False) or st.st_mtime >= before:
+                # A directory: the target of an interrupted Monitor.saving() (shards).
+                is_dir = entry.is_dir(follow_symlinks=False)
+                if not (is_dir or entry.is_file(follow_symlinks=False)) or st.st_mtime >= before:
                     continue
             except OSError:
                 continue
@@ -141,19 +145,32 @@ def remove_temp_files(
                 continue  # not a save this run recorded: maybe another run's
             if pid == me or (pid is not None and process_alive(pid, st.st_mtime)):
                 continue
+            size = _tree_size(Path(entry.path)) if is_dir else st.st_size
             try:
-                os.unlink(entry.path)
+                if is_dir:
+                    shutil.rmtree(entry.path)
+                else:
+                    os.unlink(entry.path)
             except OSError:
                 continue
             out.append(
                 TempFile(
                     Path(entry.path),
-                    st.st_size,
+                    size,
                     Path(folder) / target,
                     pid,
                 )
             )
     return out
+
+
+def _tree_size(path: Path) -> int:
+    total = 0
+    for dirpath, _dirs, names in os.walk(path):
+        for name in names:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(dirpath, name)).st_size
+    return total
 
 
 def _parse_temp_name(name: str) -> tuple[str | None, int | None]:

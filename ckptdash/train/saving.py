@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
+from ckptdash import manifest
 from ckptdash.errors import EventWriteError
 from ckptdash.events import CheckpointFailed, CheckpointSaved, CheckpointStarted, Trigger
 from ckptdash.rundir import atomic_write, checksum_file, fsync_dir
@@ -40,8 +41,12 @@ def record_save(
     step: int | None,
     epoch: int | None,
     write: Callable[[], tuple[int, str]],
+    announce: bool = True,
 ) -> CheckpointSaved | None:
     """Run ``write`` (returns size and checksum) between a started and a saved/failed event.
+
+    ``announce=False``: the ``checkpoint_started`` was already written (before the other
+    code began writing, so that a kill during the write is known to the next attempt).
 
     Without a writer (ranks other than 0 when they write no events) the save just runs.
     Re-raises the write's error after recording ``checkpoint_failed`` (if even that
@@ -49,7 +54,7 @@ def record_save(
     error is raised).
     """
     spath = os.fspath(path)
-    if writer is not None:
+    if writer is not None and announce:
         writer.emit(CheckpointStarted, step=step, path=spath, trigger=trigger)
     began = time.perf_counter()
     try:
@@ -108,17 +113,12 @@ def durable_existing(path: str | os.PathLike[str]) -> tuple[int, str]:
     """Fsync a file (or every file of a directory checkpoint) someone else wrote; size + checksum.
 
     Used when a custom CheckpointIO did the writing: the checksum needs one read.
-    A sharded checkpoint (a directory) gets its total size and no checksum.
+    A sharded checkpoint (a directory) gets a manifest of every file written into it
+    (:mod:`ckptdash.manifest`); its size is the files' total, its checksum the manifest's.
     """
     p = Path(path)
     if p.is_dir():
-        total = 0
-        for f in sorted(x for x in p.rglob("*") if x.is_file()):
-            _fsync_file(f)
-            total += f.stat().st_size
-        for d in sorted({x.parent for x in p.rglob("*")} | {p}):
-            fsync_dir(d)
-        return total, ""
+        return manifest.write(p)
     _fsync_file(p)
     fsync_dir(p.parent)
     return checksum_file(p)

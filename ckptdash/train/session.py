@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import socket
+import sys
 import time
 import traceback
 import warnings
@@ -31,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from ckptdash import control
-from ckptdash.errors import CkptDashError
+from ckptdash.errors import CheckpointChoiceError, CkptDashError
 from ckptdash.events import (
     CheckpointDirDeclared,
     CheckpointInvalid,
@@ -53,15 +55,15 @@ from ckptdash.events import (
     Trigger,
     decode_lines,
 )
-from ckptdash.resume import ResumeChoice, choose_resume
+from ckptdash.resume import ResumeChoice, choose_resume, judge_given
 from ckptdash.rundir import RunDir
 from ckptdash.tail import MAX_LINE_BYTES
 from ckptdash.train import dist
-from ckptdash.train.config import ConfigError, TrainConfig
+from ckptdash.train.config import ConfigError, SignalAction, TrainConfig
 from ckptdash.train.guard import RunGuard
 from ckptdash.train.recovery import recover
 from ckptdash.train.scheduler import Scheduler, detect
-from ckptdash.train.signals import SignalRecorder
+from ckptdash.train.signals import SignalRecorder, signal_number
 from ckptdash.writer import EventWriter
 
 # Codes carried by the agreement collective (MAX wins across ranks).
@@ -69,6 +71,9 @@ _NO_SIGNAL, _TERMINATE, _REQUEUE = 0, 1, 2
 _ACTION_CODE = {"ignore": _NO_SIGNAL, "terminate": _TERMINATE, "requeue": _REQUEUE}
 _ATTEMPT_RE = re.compile(r"^A(\d{4,})\.")
 _RANK0_RE = re.compile(r"^A(\d{4,})\.R0000\.")
+SIGNAL_STOPS: list[str] = []
+"""Why each signal stop in this process stopped training (``preempted``, ``terminated``): a
+launcher helper must then not report the function's early return as a final result."""
 
 
 def _attempt_jobs(files: list[Path]) -> dict[int, str | None]:
@@ -238,7 +243,60 @@ class Session:
             self.declare_checkpoint_dir(self.config.checkpoint_path)
         if install_signals:
             self.signals.install()
+            self.announce_signals()
         self._last_check_time = time.monotonic()
+
+    def also_handle(self, name: str, action: SignalAction) -> None:
+        """Handle signal ``name`` with ``action`` too (before the handlers are installed), e.g.
+        the requeue signal another library set up (Lightning's SLURM auto-requeue)."""
+        key = "SIG" + name.upper().removeprefix("SIG")
+        if key not in self._actions:
+            self._actions[key] = action
+            self.signals.add(key)
+
+    def announce_signals(self) -> str:
+        """Say on stderr (rank 0), in one line, what each signal will do; returns the line."""
+        plans = [f"{name} -> {self._signal_plan(name)}" for name in self._actions]
+        if (
+            self.scheduler.name == "slurm"
+            and "SIGUSR1" not in self._actions
+            and signal.getsignal(signal.SIGUSR1) in (signal.SIG_DFL, None)
+        ):
+            # SLURM's usual --signal=USR1 (Lightning's default) with nobody to catch it,
+            # e.g. Lightning not detecting SLURM without --ntasks: the process just dies.
+            plans.append(
+                "SIGUSR1 -> nobody handles it: it ends the process unsaved (send USR2, or map"
+                " it: TrainConfig(signals={'SIGUSR1': 'requeue', 'SIGTERM': 'terminate'}))"
+            )
+        line = "ckptdash: " + "; ".join(plans)
+        if self.rank == 0:
+            print(line, file=sys.stderr, flush=True)
+        return line
+
+    def _signal_plan(self, name: str) -> str:
+        action = self._actions[name]
+        if action == "ignore":
+            plan = "record only"
+        else:
+            plan = "save at the next step boundary"
+            if action == "requeue":
+                plan += ", requeue " + self._requeue_plan()
+            if self.config.exit_on_signal:
+                plan += ", stop"
+        owner = self.signals.previous_owner(signal_number(name))
+        if owner is not None:
+            who, chained = owner
+            plan += f" (then {who}'s handler runs)" if chained else f" (replaces {who}'s handler)"
+        return plan
+
+    def _requeue_plan(self) -> str:
+        if self.config.requeue == "off":
+            return "off (TrainConfig.requeue='off')"
+        if not self.scheduler.can_requeue:
+            return f"impossible (no scheduler: {self.scheduler.name})"
+        budget = self.config.max_attempts
+        limit = f", at most {budget} attempts" if budget is not None else ""
+        return f"by ckptdash ({self.scheduler.name} job {self.scheduler.job_id}{limit})"
 
     def declare_checkpoint_dir(self, path: str | os.PathLike[str]) -> None:
         """Record that this run saves checkpoints in the directory ``path`` (rank 0; once per
@@ -284,6 +342,22 @@ class Session:
         assert choice is not None
         return choice
 
+    def check_given(self, path: str) -> str:
+        """Validate a checkpoint the user chose to resume from (rank 0 judges, every rank gets
+        the answer): the ``run_resumed`` reason, or :class:`~ckptdash.errors.CheckpointChoiceError`
+        on every rank after recording why as ``checkpoint_invalid``."""
+        verdict = None
+        if self.rank == 0:
+            verdict = judge_given(self.run, path, validate=self.config.validate)
+            if verdict.error is not None:
+                reason = f"given to resume from, refused: {verdict.problem}"
+                self.writer.emit(CheckpointInvalid, path=verdict.path, reason=reason)
+        verdict = dist.broadcast_object(verdict)
+        assert verdict is not None
+        if verdict.error is not None:
+            raise CheckpointChoiceError(verdict.error)
+        return verdict.reason
+
     def record_resumed(self, path: str, reason: str, step: int | None = None) -> None:
         """Record that this attempt loaded ``path`` (rank 0)."""
         if self.rank == 0:
@@ -299,12 +373,12 @@ class Session:
                 self._answer(
                     claimed, CommandExpired, reason="training ended before the command was applied"
                 )
-            if error is not None:
-                self.writer.emit(
-                    RunFailed, step=self.step, error=f"{type(error).__name__}: {error}"
-                )
-            else:
-                self.writer.emit(RunFinished, step=self.step, reason=self.stop_reason or reason)
+        if error is not None:
+            # On every rank that saw it (others in their own file): when one rank fails,
+            # rank 0 may never get to record anything.
+            self.writer.emit(RunFailed, step=self.step, error=f"{type(error).__name__}: {error}")
+        elif self.rank == 0:
+            self.writer.emit(RunFinished, step=self.step, reason=self.stop_reason or reason)
         # Only now: a SIGTERM while the outcome is written (SLURM's, right after a requeue)
         # is recorded by our handler instead of ending the process first.
         self.signals.uninstall()
@@ -485,6 +559,8 @@ class Session:
             self._requeue()
         if decision.stop:
             self.stop_reason = decision.reason
+            if decision.trigger == "signal":
+                SIGNAL_STOPS.append(decision.reason)
 
     def save_failed(self, error: BaseException) -> None:
         """A decided save failed: reject the commands waiting on it, keep training."""

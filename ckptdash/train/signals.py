@@ -18,9 +18,12 @@ from typing import Any
 
 Handler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
 
-# Handlers from these modules are Lightning's own signal connector; we take the
-# signal over from them (their SIGTERM handler would end fit() before our save).
-_TAKEN_OVER_MODULES = ("lightning.", "pytorch_lightning.", "lightning_fabric.")
+# Handlers from these modules are Lightning's own signal connector and submitit's; we take
+# the signal over from them: Lightning's SIGTERM handler would end fit() before our save, its
+# SLURM requeue handler saves mid-step and requeues behind ckptdash's back, and submitit's
+# requeues and exits inside the handler (no save, the attempt "failed (SystemExit)").
+_TAKEN_OVER_MODULES = ("lightning.", "pytorch_lightning.", "lightning_fabric.", "submitit.")
+_OWNER_NAMES = {"lightning": "Lightning", "pytorch_lightning": "Lightning", "submitit": "submitit"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +92,20 @@ class SignalRecorder:
                 signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
         self._previous.clear()
 
+    def add(self, name: str) -> None:
+        """Handle ``name`` too (before :meth:`install`)."""
+        signum = signal_number(name)
+        if signum not in self.numbers:
+            self.numbers.append(signum)
+
+    def previous_owner(self, signum: int) -> tuple[str, bool] | None:
+        """Who handled ``signum`` before us, and whether we still call it; None if nobody."""
+        previous = self._previous.get(signum)
+        if not callable(previous):
+            return None
+        taken_over = _is_taken_over(previous)
+        return _owner_name(previous), self.chain and not taken_over
+
     def take(self) -> list[ReceivedSignal]:
         """Everything received since the last call (safe against a signal arriving meanwhile)."""
         if not self.received:
@@ -119,3 +136,11 @@ def _is_taken_over(handler: Callable[..., Any]) -> bool:
     owner = getattr(getattr(handler, "__self__", None), "__class__", None)
     owner_module = getattr(owner, "__module__", "") or ""
     return any(m.startswith(_TAKEN_OVER_MODULES) for m in (module + ".", owner_module + "."))
+
+
+def _owner_name(handler: Callable[..., Any]) -> str:
+    bound_to = getattr(handler, "__self__", None)  # a bound method: its class's module
+    module = getattr(handler if bound_to is None else type(bound_to), "__module__", "") or ""
+    if module.startswith("lightning_fabric."):
+        return "Lightning"
+    return _OWNER_NAMES.get(module.split(".")[0], module or repr(handler))

@@ -105,11 +105,11 @@ def test_sessions_share_one_watcher_stopped_with_the_last_session(
 
 def test_listening_beyond_this_host_needs_an_explicit_flag() -> None:
     """A non-loopback address is refused with the safe alternatives; with --allow-remote the
-    security note says how to turn on authentication."""
+    security note says whether TLS is on and how to turn it on."""
     with pytest.raises(CkptDashError, match="SSH tunnel"):
         ServeOptions(address="0.0.0.0")
     opened = ServeOptions(address="0.0.0.0", allow_remote=True)
-    assert "--basic-auth" in opened.security_note()
+    assert "--certfile" in opened.security_note()
     assert (
         "basic authentication is on"
         in ServeOptions(address="0.0.0.0", allow_remote=True, basic_auth="secret").security_note()
@@ -163,7 +163,7 @@ def test_websocket_accepts_only_the_served_origins(
     """A page from another origin cannot open the dashboard's websocket (so cannot click its
     buttons); the served address can."""
     with start_server(make_run(), ServeOptions(port=0)) as server:
-        ws = f"ws://127.0.0.1:{server.port}/ws"
+        ws = f"ws://127.0.0.1:{server.port}/ws?token={server.token}"
         assert _ws_status(ws, "http://evil.example") == 403
         assert _ws_status(ws, f"http://localhost:{server.port}") != 403
         assert _ws_status(ws, f"http://127.0.0.1:{server.port}") != 403
@@ -225,7 +225,10 @@ def test_basic_auth_asks_for_a_login(make_run: Callable[..., Path]) -> None:
             return None
 
     with start_server(make_run(), ServeOptions(port=0, basic_auth="s3cret-pass")) as server:
+        request = urllib.request.Request(
+            server.base_url, headers={"Authorization": f"token {server.token}"}
+        )
         with pytest.raises(urllib.error.HTTPError) as answer:
-            urllib.request.build_opener(NoRedirect).open(server.url, timeout=30)
+            urllib.request.build_opener(NoRedirect).open(request, timeout=30)
         assert answer.value.code == 302
         assert "login" in answer.value.headers["Location"]

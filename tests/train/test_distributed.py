@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import torch
 
-from ckptdash import control
+from ckptdash import control, manifest
 from ckptdash.resume import check_checkpoint, load_state
 from ckptdash.state import RunState
 from tests.conftest import WaitUntil
@@ -277,7 +277,7 @@ def test_lightning_sharded_save_is_one_checkpoint_and_the_next_launch_resumes_fr
 ) -> None:
     """FSDP2 (ModelParallelStrategy, CPU, 2 ranks) writes each checkpoint as a directory of
     per-rank shards without the CheckpointIO. SIGUSR2 on rank 1 → one `signal` checkpoint:
-    the directory, with both ranks' shards, its total size, saved once by rank 0 and valid
+    the directory, with both ranks' shards in its manifest, saved once by rank 0 and valid
     for resume; the requeued attempt loads it on both ranks and continues at the next step."""
     pytest.importorskip("lightning.pytorch", reason="install the lightning extra: make test")
     run = tmp_path / "run"
@@ -292,7 +292,10 @@ def test_lightning_sharded_save_is_one_checkpoint_and_the_next_launch_resumes_fr
     assert (ckpt.trigger, ckpt.step, ckpt.status, ckpt.rank) == ("signal", saved, "saved", 0)
     shards = Path(ckpt.path)
     assert {"__0_0.distcp", "__1_0.distcp"} <= {p.name for p in shards.iterdir()}
-    assert ckpt.size_bytes == sum(f.stat().st_size for f in shards.rglob("*") if f.is_file())
+    # The manifest rank 0 wrote lists every rank's shard; the record holds its digest.
+    listed, digest = manifest.read(shards)
+    assert {"__0_0.distcp", "__1_0.distcp"} <= {f.path for f in listed.files}
+    assert (ckpt.size_bytes, ckpt.checksum) == (listed.size_bytes, digest)
     assert check_checkpoint(ckpt) is None
 
     r0, r1 = launch(

@@ -1,0 +1,178 @@
+"""ckptdash for the Hugging Face Trainer: one callback, one resume line.
+
+    trainer = Trainer(..., callbacks=[CkptDashCallback("runs/exp1")])
+    trainer.train(resume_from_checkpoint=ckptdash.resume_path("runs/exp1"))
+
+Every ``checkpoint-N`` the Trainer writes is recorded (trigger ``periodic``;
+``signal``/``manual`` when ckptdash asked for it; ``final`` at ``max_steps``)
+with a manifest of its files, so ``resume_path`` returns the newest checkpoint
+whose every file is intact. ``save_total_limit`` rotations are recorded as
+removed. A preemption signal or a Save now / Stop after save command sets
+``control.should_save`` (and ``should_training_stop`` where the policy says so)
+at a step boundary all ranks agree on; the Trainer saves, ckptdash records it
+and requeues per policy, and ``train()`` returns normally. Heartbeats carry the
+metrics the Trainer logs.
+
+Leave ``TrainingArguments(enable_jit_checkpoint=...)`` off: its SIGTERM save
+bypasses the callbacks (nothing would record it). Put ``SIGTERM`` in
+``TrainConfig.signals`` instead if your cluster sends it.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+from transformers import TrainerCallback
+
+from ckptdash.events import Trigger
+from ckptdash.train.config import TrainConfig
+from ckptdash.train.monitor import Monitor
+
+__all__ = ["CkptDashCallback"]
+
+_PREFIX = "checkpoint-"
+
+
+class CkptDashCallback(TrainerCallback):
+    """Records the Trainer's checkpoints and steers its saves from signals and commands.
+
+    ``run_dir`` and any :class:`~ckptdash.train.config.TrainConfig` field may be
+    passed as keywords, or a whole ``config``. The attempt starts at
+    ``on_train_begin`` and ends at ``on_train_end``.
+    """
+
+    def __init__(
+        self,
+        run_dir: str | os.PathLike[str] | None = None,
+        *,
+        config: TrainConfig | None = None,
+        **options: Any,
+    ) -> None:
+        if config is None:
+            if run_dir is None:
+                raise TypeError("CkptDashCallback needs a run_dir (or a TrainConfig as config=)")
+            config = TrainConfig(run_dir=run_dir, **options)
+        self.config = config
+        self.monitor: Monitor | None = None
+        self._logs: dict[str, Any] = {}
+        self._known: set[Path] = set()
+        self._output_dir: Path | None = None
+
+    # --- attempt lifecycle ----------------------------------------------------------------
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if getattr(args, "enable_jit_checkpoint", False):
+            warnings.warn(
+                "ckptdash: TrainingArguments(enable_jit_checkpoint=True) saves on SIGTERM without"
+                " calling the callbacks, so ckptdash cannot record that save; turn it off and"
+                " list SIGTERM in the ckptdash signals instead",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        monitor = self.monitor = Monitor(config=self.config, max_steps=state.max_steps or None)
+        out = self._output_dir = Path(os.path.abspath(args.output_dir))
+        monitor.declare_checkpoint_dir(out)
+        self._known = _checkpoints_in(out)
+        choice = monitor.resume_choice  # records the candidates it skipped, and why
+        step = state.global_step
+        if step > 0:  # the Trainer loaded a checkpoint before this hook
+            if choice.path is not None and choice.step == step:
+                monitor.session.record_resumed(choice.path, choice.reason, step=step)
+            else:
+                path = str(out / f"{_PREFIX}{step}")
+                monitor.session.record_resumed(
+                    path, "given to train(resume_from_checkpoint=...)", step=step
+                )
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        monitor, self.monitor = self.monitor, None
+        if monitor is None:
+            return
+        monitor.session.step = state.global_step
+        monitor.session.heartbeat(self._logs)
+        monitor.close()
+
+    def record_failure(self, error: BaseException) -> None:
+        """Record that ``train()`` raised (the Trainer tells no callback): ``exception`` and
+        ``run_failed`` instead of an attempt that looks lost. Call it in an ``except``::
+
+            try:
+                trainer.train(resume_from_checkpoint=ckptdash.resume_path(run_dir))
+            except BaseException as exc:
+                callback.record_failure(exc)
+                raise
+        """
+        monitor, self.monitor = self.monitor, None
+        if monitor is not None:
+            monitor.close(error)
+
+    # --- the step boundary ------------------------------------------------------------------
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        monitor = self.monitor
+        if monitor is None:
+            return
+        monitor.step(state.global_step, epoch=_epoch(state), metrics=self._metrics)
+        if monitor.should_save:
+            # Asked again at every step until a save answers it: with save_strategy="best"
+            # an evaluation at this step may overwrite the flag. The stop comes in on_save,
+            # after the save, so training never stops without it.
+            control.should_save = True
+        if control.should_save and args.save_strategy != "best" and self._output_dir is not None:
+            # The Trainer writes checkpoint-N in place right after this hook: announce it, so
+            # that a kill during the write is recorded as an interrupted save next attempt.
+            # ("best" decides after an evaluation whether to save: nothing to announce yet.)
+            monitor.record_started(
+                self._output_dir / f"{_PREFIX}{state.global_step}",
+                trigger=self._trigger_for(monitor, state),
+            )
+
+    def _metrics(self) -> dict[str, Any]:
+        return self._logs
+
+    def on_log(
+        self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kw: Any
+    ) -> None:
+        if logs:
+            self._logs = {**self._logs, **logs}
+
+    @staticmethod
+    def _trigger_for(monitor: Monitor, state: Any) -> Trigger | None:
+        """None (the pending decision's trigger) when ckptdash asked for this save; else
+        ``final`` at ``max_steps`` and ``periodic`` before."""
+        if monitor.should_save:
+            return None
+        return "final" if state.max_steps and state.global_step >= state.max_steps else "periodic"
+
+    # --- saves, written by the Trainer ------------------------------------------------------
+
+    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        monitor, out = self.monitor, self._output_dir
+        if monitor is None or out is None:
+            return
+        path = out / f"{_PREFIX}{state.global_step}"
+        monitor.record(path, trigger=self._trigger_for(monitor, state), step=state.global_step)
+        if monitor.should_stop:
+            control.should_training_stop = True
+        if monitor.session.rank == 0:
+            now = _checkpoints_in(out)
+            why = f"rotated by the Trainer (save_total_limit={args.save_total_limit})"
+            for gone in sorted(self._known - now):
+                monitor.record_removed(gone, reason=why)
+            self._known = now
+
+
+def _checkpoints_in(folder: Path) -> set[Path]:
+    try:
+        names = [p for p in folder.iterdir() if p.name.startswith(_PREFIX)]
+        return {p for p in names if p.name[len(_PREFIX) :].isdigit()}
+    except OSError:
+        return set()
+
+
+def _epoch(state: Any) -> int | None:
+    epoch = getattr(state, "epoch", None)
+    return int(epoch) if epoch is not None else None

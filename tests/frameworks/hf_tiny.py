@@ -1,0 +1,102 @@
+"""A tiny Hugging Face Trainer job (no downloads): a 1-layer BERT built from a config.
+
+Imported by the tests and run as a script by the torchrun test:
+``python -m torch.distributed.run --nproc-per-node=2 hf_tiny.py RUN_DIR OUT_DIR STEPS [SIG_AT]``:
+with SIG_AT, rank 1 alone sends itself SIGUSR2 at the end of that step. Each rank writes the
+step it ended at to ``RUN_DIR.done<rank>``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+
+import torch
+from transformers import (
+    BertConfig,
+    BertForSequenceClassification,
+    Trainer,
+    TrainerCallback,
+    TrainingArguments,
+)
+
+import ckptdash
+from ckptdash.hf import CkptDashCallback
+
+
+class RandomTokens(torch.utils.data.Dataset):  # type: ignore[type-arg]
+    """Random token ids and labels, the same on every rank and every attempt."""
+
+    def __init__(self, n: int = 256, length: int = 8, vocab: int = 32) -> None:
+        g = torch.Generator().manual_seed(0)
+        self.ids = torch.randint(0, vocab, (n, length), generator=g)
+        self.labels = torch.randint(0, 2, (n,), generator=g)
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        return {"input_ids": self.ids[i], "labels": self.labels[i]}
+
+
+def tiny_bert() -> BertForSequenceClassification:
+    torch.manual_seed(0)
+    config = BertConfig(
+        vocab_size=32,
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=16,
+    )
+    config.num_labels = 2
+    return BertForSequenceClassification(config)
+
+
+def trainer(
+    out_dir: Path, *, steps: int, callbacks: list[Any], save_steps: int = 1000, **args: Any
+) -> Trainer:
+    """A Trainer for ``steps`` steps of the tiny BERT on CPU, logging every step."""
+    args.setdefault("logging_steps", 1)
+    targs = TrainingArguments(
+        output_dir=str(out_dir),
+        max_steps=steps,
+        per_device_train_batch_size=4,
+        save_strategy="steps",
+        save_steps=save_steps,
+        report_to=[],
+        use_cpu=True,
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+        learning_rate=1e-3,
+        **args,
+    )
+    return Trainer(model=tiny_bert(), args=targs, train_dataset=RandomTokens(), callbacks=callbacks)
+
+
+class SignalAt(TrainerCallback):
+    """Rank 1 alone sends itself SIGUSR2 at the end of step ``step``."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if state.global_step == self.step and args.process_index == 1:
+            os.kill(os.getpid(), signal.SIGUSR2)
+
+
+if __name__ == "__main__":
+    run_dir, out_dir, steps = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
+    cb = CkptDashCallback(run_dir, agree_interval_s=0.01, poll_interval_s=0.01)
+    callbacks: list[Any] = [cb]
+    if len(sys.argv) > 4:
+        callbacks.insert(0, SignalAt(int(sys.argv[4])))
+    t = trainer(out_dir, steps=steps, callbacks=callbacks, save_steps=3, save_total_limit=2)
+    t.train(resume_from_checkpoint=ckptdash.resume_path(run_dir))
+    Path(f"{run_dir}.done{t.args.process_index}").write_text(str(t.state.global_step))

@@ -1,0 +1,38 @@
+"""Run a script under ``torchrun --nproc-per-node=2`` (gloo, CPU) and fail loudly on a hang."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.train.test_distributed import _free_port, job_env
+
+LAUNCH_TIMEOUT_S = 180.0
+
+
+def torchrun2(tmp_path: Path, name: str, script: Path, *args: str) -> str:
+    """Run ``script args`` on 2 ranks; return its output. A hang is killed and fails the test."""
+    log = tmp_path / f"{name}.log"
+    env = job_env(tmp_path)
+    env["HF_HUB_OFFLINE"] = "1"
+    argv = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2"]
+    argv += ["--master-addr=127.0.0.1", f"--master-port={_free_port()}", str(script), *args]
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            argv, env=env, cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
+    try:
+        rc = proc.wait(timeout=LAUNCH_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        pytest.fail(f"{name}: torchrun hung for {LAUNCH_TIMEOUT_S} s:\n{log.read_text()[-6000:]}")
+    text = log.read_text(errors="replace")
+    assert rc == 0, f"{name}: torchrun exited {rc}:\n{text[-6000:]}"
+    return text

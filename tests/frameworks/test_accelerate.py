@@ -1,0 +1,90 @@
+# ruff: noqa: E402  (the tier is skipped, or failed in CI, before accelerate is imported)
+"""Accelerate's save_state/load_state through ckptdash, with automatic checkpoint naming."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.frameworks.requires import require
+
+require("accelerate")
+
+from accelerate import Accelerator
+from accelerate.utils import ProjectConfiguration
+
+import ckptdash
+import ckptdash.accelerate
+from ckptdash.resume import load_state
+
+pytestmark = pytest.mark.integration
+
+FAST = {"agree_interval_s": 1e-4, "poll_interval_s": 1e-4, "install_signals": False}
+
+
+def _prepared(project: Path) -> tuple[Accelerator, torch.nn.Module]:
+    config = ProjectConfiguration(
+        project_dir=str(project), automatic_checkpoint_naming=True, total_limit=2
+    )
+    acc = Accelerator(cpu=True, project_config=config)
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, opt = acc.prepare(model, opt)
+    return acc, model
+
+
+def test_save_state_rotations_and_resume_past_a_damaged_save(tmp_path: Path) -> None:
+    """Every checkpoint_N that save_state writes is recorded, total_limit deletions as
+    removed; with a file deleted from the newest, load_state loads the previous one, and
+    the next save_state continues numbering after the damaged folder instead of failing."""
+    run, project = tmp_path / "run", tmp_path / "project"
+    acc, model = _prepared(project)
+    with ckptdash.Monitor(run, **FAST) as monitor:
+        assert ckptdash.accelerate.load_state(monitor, acc) is None
+        for step in range(3):
+            with torch.no_grad():
+                model.weight.fill_(float(step))
+            monitor.step(step)
+            ckptdash.accelerate.save_state(monitor, acc)
+    ckpts = project / "checkpoints"
+    state = load_state(run)
+    assert {Path(p).name: c.status for p, c in state.checkpoints.items()} == {
+        "checkpoint_0": "removed",
+        "checkpoint_1": "saved",
+        "checkpoint_2": "saved",
+    }
+    (victim,) = [p for p in (ckpts / "checkpoint_2").iterdir() if p.name.startswith("optimizer")]
+    victim.unlink()
+
+    acc2, model2 = _prepared(project)
+    with ckptdash.Monitor(run, **FAST) as monitor:
+        path = ckptdash.accelerate.load_state(monitor, acc2)
+        assert path == ckpts / "checkpoint_1"
+        assert torch.equal(model2.weight.detach(), torch.full((2, 4), 1.0))
+        monitor.step(3)
+        saved = ckptdash.accelerate.save_state(monitor, acc2)
+    assert saved is not None and Path(saved.path).name == "checkpoint_3"
+    invalid = [e for e in load_state(run).checkpoints.values() if e.status == "invalid"]
+    assert [Path(c.path).name for c in invalid] == ["checkpoint_2"]
+    assert f"{victim.name} missing" in invalid[0].reason
+
+
+def test_save_state_into_a_named_folder_is_published_atomically(tmp_path: Path) -> None:
+    """Without automatic naming, save_state(monitor, accelerator, path) writes into a temp
+    folder that appears under its name only complete, with a manifest, and resumes."""
+    run, target = tmp_path / "run", tmp_path / "out" / "latest"
+    acc = Accelerator(cpu=True)
+    model = acc.prepare(torch.nn.Linear(4, 2))
+    with ckptdash.Monitor(run, **FAST) as monitor:
+        monitor.step(4)
+        ckptdash.accelerate.save_state(monitor, acc, target, trigger="periodic")
+    assert (target / ".ckptdash-manifest.json").exists()
+    assert [p.name for p in target.parent.iterdir()] == ["latest"]
+    with torch.no_grad():
+        model.weight.zero_()
+    with ckptdash.Monitor(run, **FAST) as monitor:
+        assert ckptdash.accelerate.load_state(monitor, acc) == target
+    assert model.weight.abs().sum() > 0

@@ -1,0 +1,146 @@
+"""Real SLURM with other launchers' signal handling in place: Lightning's SLURM auto-requeue
+left on (USR1), and submitit.
+
+Each test names a scenario driver (run concurrently with the tier's others, see conftest.py).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.slurm.harness import REPO_ROOT, Job, Scenario, Scenarios, read_events, scenario
+
+pytestmark = [pytest.mark.slurm, pytest.mark.timeout(600)]
+
+STEPS = 400  # x 30 ms: about 12 s of training, long enough to be signalled mid-run
+# What Lightning needs to see to detect SLURM and switch its auto-requeue on (USR1).
+LIGHTNING_SLURM = ("--ntasks=1", "--requeue", "--signal=B:USR1@5")
+
+
+def _heartbeat_step(run: Path, attempt: int) -> int:
+    steps = [e.step for e in read_events(run) if e.attempt == attempt and e.KIND == "heartbeat"]
+    return max((s for s in steps if s is not None), default=-1)
+
+
+def _preempt(s: Scenario, job: Job, run: Path, signal: str, *, batch: bool = True) -> None:
+    s.wait_training(job, 0)
+    s.wait(lambda: _heartbeat_step(run, 0) >= 10, "attempt 0 past step 10")
+    target = ["--batch"] if batch else []
+    s.cluster.run("scancel", *target, f"--signal={signal}", job.job_id)
+
+
+# --- Lightning's auto-requeue left on ----------------------------------------------------------
+
+
+def drive_lightning_usr1(s: Scenario) -> dict[str, Any]:
+    run = s.root / "run"
+    job = s.lightning(run, *LIGHTNING_SLURM, max_steps=STEPS)
+    _preempt(s, job, run, "USR1")
+    fields = s.wait_done(job)
+    return {
+        "fields": fields,
+        "job": job.job_id,
+        "events": read_events(run),
+        "reports": [job.report(0), job.report(1)],
+        "files": sorted(p.name for p in run.rglob("*.ckpt")),
+        "output": job.output.read_text(errors="replace"),
+    }
+
+
+@scenario(drive_lightning_usr1)
+def test_lightning_usr1_auto_requeue_is_recorded_and_requeued_once_by_ckptdash(
+    scenarios: Scenarios,
+) -> None:
+    """Lightning's SLURM auto-requeue on (USR1, --ntasks=1): USR1 is recorded, the save happens
+    at the step boundary with trigger `signal` (no mid-step hpc_ckpt_N), ckptdash issues the one
+    requeue, the next attempt resumes at the next step and completes; the job log has the
+    start-up line saying what each signal does."""
+    r = scenarios.result(drive_lightning_usr1)
+    events = r["events"]
+    assert r["fields"]["JobState"] == "COMPLETED" and r["fields"]["Restarts"] == "1"
+    signals = [(e.signal, e.action) for e in events if e.KIND == "signal_received"]
+    assert signals[0] == ("SIGUSR1", "requeue")
+    saves = [e for e in events if e.KIND == "checkpoint_saved"]
+    assert [e.trigger for e in saves] == ["signal"]
+    assert not [f for f in r["files"] if f.startswith("hpc_ckpt_")]
+    assert len([e for e in events if e.KIND == "requeue_issued"]) == 1
+    assert r["reports"][1]["first_step"] == saves[0].step
+    assert r["reports"][1]["final_step"] == STEPS
+    assert "SIGUSR1 -> save at the next step boundary, requeue by ckptdash" in r["output"]
+    assert "(replaces Lightning's handler)" in r["output"]
+
+
+def drive_lightning_usr1_budget(s: Scenario) -> dict[str, Any]:
+    run = s.root / "run"
+    job = s.lightning(run, *LIGHTNING_SLURM, max_steps=STEPS, max_attempts=1)
+    _preempt(s, job, run, "USR1")
+    return {"fields": s.wait_done(job), "events": read_events(run)}
+
+
+@scenario(drive_lightning_usr1_budget)
+def test_lightning_usr1_applies_the_requeue_budget(scenarios: Scenarios) -> None:
+    """With Lightning's auto-requeue on and a budget of one attempt, USR1 saves and is not
+    requeued by anyone: the requeue_skipped event names the budget, SLURM restarts nothing."""
+    r = scenarios.result(drive_lightning_usr1_budget)
+    assert r["fields"]["Restarts"] == "0"
+    kinds = [e.KIND for e in r["events"]]
+    assert "requeue_issued" not in kinds
+    (skipped,) = [e for e in r["events"] if e.KIND == "requeue_skipped"]
+    assert "budget" in skipped.reason
+
+
+# --- submitit ----------------------------------------------------------------------------------
+
+
+def drive_submitit(s: Scenario) -> dict[str, Any]:
+    import submitit
+
+    from ckptdash.submitit import preemptible
+    from tests.slurm.jobs import submitit_job
+
+    run, reports = s.root / "run", s.root / "reports"
+    os.environ["SLURM_CONF"] = str(s.cluster.conf)  # submitit runs sbatch itself
+    executor = submitit.AutoExecutor(folder=s.root / "submitit")
+    executor.update_parameters(
+        name="ckptdash-submitit",
+        timeout_min=10,
+        slurm_setup=[f"export PYTHONPATH={REPO_ROOT}", "export OMP_NUM_THREADS=1"],
+    )
+    sub = executor.submit(preemptible(submitit_job.train), str(run), str(reports), STEPS)
+    job = Job(sub.job_id, Path(sub.paths.stdout), reports, Path(sub.paths.submission_file))
+    s.jobs.append(job)
+    s.runs.append(run)
+    # Submitit runs the function under srun: a plain scancel --signal reaches it.
+    _preempt(s, job, run, "USR2", batch=False)
+    s.wait(lambda: sub.paths.result_pickle.exists(), "the submitit result", timeout=180)
+    return {
+        "result": sub.result(),
+        "fields": s.wait_done(job),
+        "events": read_events(run),
+        "reports": [job.report(0), job.report(1)],
+    }
+
+
+@scenario(drive_submitit)
+def test_submitit_preemption_saves_once_requeues_once_and_returns_the_final_result(
+    scenarios: Scenarios,
+) -> None:
+    """A plain function with ckptdash.Monitor, submitted with submitit's defaults through
+    ckptdash.submitit.preemptible and preempted by USR2: one signal save at a step boundary,
+    one requeue, the next attempt resumes right after that save, and job.result() returns the
+    completed training's value (not the preempted attempt's)."""
+    r = scenarios.result(drive_submitit)
+    events = r["events"]
+    assert r["fields"]["JobState"] == "COMPLETED" and r["fields"]["Restarts"] == "1"
+    saves = [e for e in events if e.KIND == "checkpoint_saved"]
+    assert [e.trigger for e in saves] == ["signal"]
+    assert len([e for e in events if e.KIND == "requeue_issued"]) == 1
+    ends = {e.attempt: e for e in events if e.KIND in ("run_finished", "run_failed")}
+    assert (ends[0].KIND, ends[0].reason) == ("run_finished", "preempted")
+    assert (ends[1].KIND, ends[1].reason) == ("run_finished", "completed")
+    assert r["reports"][1]["first_step"] == saves[0].step + 1  # nothing redone
+    assert r["result"] == {"attempt": 1, "first_step": saves[0].step + 1, "last_step": STEPS - 1}
