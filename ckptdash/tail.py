@@ -12,6 +12,12 @@ Nothing here raises on bad input: a line that does not decode comes back as a
 file that vanishes between listing and opening (a claimer renamed it) is
 simply looked for again at the next poll.
 
+Hostile input costs little (docs/security.md): a line over :data:`MAX_LINE_BYTES`
+is counted ``oversize`` after one search for its end, never read again; a
+checkpoint record counts only from a file of this run whose name and first line
+agree with it; event files idle for :data:`COLD_AFTER` polls are looked at once
+every :data:`COLD_EVERY` polls.
+
 >>> tailer = RunTailer("runs/exp1")          # doctest: +SKIP
 >>> for batch in tailer.batches():           # a big log, in cache-sized pieces
 ...     state.apply(batch)
