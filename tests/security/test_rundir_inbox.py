@@ -187,7 +187,7 @@ def test_a_flood_of_junk_in_the_inbox_costs_one_step_little(tmp_path: Path) -> N
         decision = monitor.step(1)
         took = time.perf_counter() - began
         assert decision is not None and decision.trigger == "manual"
-        assert took < 0.5, f"one check took {took:.2f} s"
+        assert took < 1.0, f"one check took {took:.2f} s"  # 2.8 s when it claimed all 2,000
         assert len(os.listdir(rd.inbox)) > 1900
         monitor.save({"step": 1})
         step = 2
