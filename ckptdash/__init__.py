@@ -7,6 +7,7 @@ so that importing ckptdash never imports Panel.
 
 from typing import TYPE_CHECKING, Any
 
+from ckptdash.badput import RunGoodput, goodput
 from ckptdash.errors import CkptDashError, EventValidationError, RunDirError
 from ckptdash.resume import ResumeChoice, choose_resume, resume_path
 from ckptdash.rundir import RunDir, atomic_write
@@ -25,10 +26,12 @@ __all__ = [
     "ResumeChoice",
     "RunDir",
     "RunDirError",
+    "RunGoodput",
     "TrainConfig",
     "atomic_write",
     "choose_resume",
     "dashboard",
+    "goodput",
     "resume_path",
 ]
 __version__ = "0.1.0"

@@ -1,6 +1,7 @@
 """``ckptdash`` on the command line: status, the controls, the demo.
 
     ckptdash status RUN_DIR [--json]        the run state (a folder of runs works too)
+    ckptdash goodput RUN_DIR [--json]       where the time went: goodput, badput by cause
     ckptdash save RUN_DIR                    Save now (a command to the running job)
     ckptdash stop RUN_DIR --yes              Stop after save
     ckptdash requeue RUN_DIR --suspend|--resume   (mirrored onto the SLURM job when SLURM is here)
@@ -89,6 +90,13 @@ def _parser() -> argparse.ArgumentParser:
         help="do not ask SLURM for its view of the run's job (scontrol show job)",
     )
     s.set_defaults(func=_status)
+
+    s = sub.add_parser(
+        "goodput", help="where a run's time went: goodput and badput by cause (docs/goodput.md)"
+    )
+    s.add_argument("path", help="a run directory, or a folder of run directories")
+    s.add_argument("--json", action="store_true", help="machine-readable output")
+    s.set_defaults(func=_goodput)
 
     s = sub.add_parser("save", help="ask the running job to save a checkpoint now")
     s.add_argument("run_dir")
@@ -236,6 +244,22 @@ def _status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _goodput(args: argparse.Namespace) -> int:
+    from ckptdash.badput import of_state, render
+
+    runs = find_runs(args.path)
+    now = time.time()
+    results = [of_state(load_state(run), now) for run in runs]
+    if args.json:
+        dicts = [g.to_dict() for g in results]
+        single = len(runs) == 1 and runs[0].root == Path(args.path)
+        out: Any = dicts[0] if single else {"runs": dicts}
+        sys.stdout.write(msgspec.json.format(msgspec.json.encode(out), indent=2).decode() + "\n")
+        return 0
+    print("\n\n".join(render(g) for g in results))
+    return 0
+
+
 def slurm_job_of(state: RunState) -> str | None:
     """The SLURM job id of the run's latest attempt that recorded one (array task: ``J_T``)."""
     return slurm_admin.job_of(state.attempts.values())
@@ -353,6 +377,11 @@ def render_status(
     for r in state.requeues:
         what = f"issued: {r.command}" if r.issued else f"skipped: {r.reason}"
         lines.append(f"requeue attempt {r.attempt} {what}")
+    for an in state.anomalies:
+        pinned = f", pinned {an.pinned}" if an.pinned else ""
+        lines.append(
+            f"anomaly attempt {an.attempt} step {_opt(an.step)}: {an.reason} ({an.action}{pinned})"
+        )
     for c in sorted(state.commands.values(), key=lambda c: c.issued_at or 0):
         extra = c.detail or c.reason or c.error
         lines.append(

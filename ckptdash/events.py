@@ -131,6 +131,9 @@ class CheckpointSaved(Event, frozen=True, tag="checkpoint_saved"):
     duration_s: NonNegFloat
     checksum: str = ""
     epoch: NonNegInt | None = None
+    blocking_s: NonNegFloat | None = None
+    """How long the save stalled training; absent: all of ``duration_s`` (a synchronous
+    save). An asynchronous save stalls only while it stages a copy in memory."""
 
 
 class CheckpointFailed(Event, frozen=True, tag="checkpoint_failed"):
@@ -235,6 +238,19 @@ class ExceptionRaised(Event, frozen=True, tag="exception"):
     traceback: str = ""
 
 
+class AnomalyDetected(Event, frozen=True, tag="anomaly"):
+    """A watched metric went bad at ``step``: not finite, or a spike above a factor of its
+    recent median. ``value`` is None when it was not finite (JSON has no NaN); ``action`` is
+    what the job did (``record``, ``stop``, ``rollback``); ``pinned`` the checkpoint a
+    rollback pinned for the next attempt."""
+
+    metric: NonEmptyStr
+    value: float | None
+    reason: str = ""
+    action: str = "record"
+    pinned: str | None = None
+
+
 AnyEvent: TypeAlias = (
     RunStarted
     | RunResumed
@@ -256,6 +272,7 @@ AnyEvent: TypeAlias = (
     | CommandExpired
     | ControlFailed
     | ExceptionRaised
+    | AnomalyDetected
 )
 
 EVENT_TYPES: Final[tuple[type[Event], ...]] = get_args(AnyEvent)
@@ -286,6 +303,7 @@ DURABLE_KINDS: Final = frozenset(
         "command_expired",
         "control_failed",
         "exception",
+        "anomaly",
     }
 )
 

@@ -566,6 +566,10 @@ class CkptDashCallback(pl.Callback):
         """Carry out a decision at this step boundary: save, then answer, requeue or stop."""
         if decision is None:
             return
+        if not decision.save:  # an anomaly: stop (and requeue) without saving the diverged model
+            session.after_save(None)
+            trainer.should_stop = trainer.should_stop or session.stop_reason is not None
+            return
         path = self.config.checkpoint_path / f"step={trainer.global_step}-{decision.trigger}.ckpt"
         with self._saving(decision.trigger):
             try:

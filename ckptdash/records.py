@@ -158,3 +158,47 @@ class BadLines:
 
     counts: dict[str, int] = field(default_factory=dict)
     samples: list[BadLine] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class AttemptTimes:
+    """The times of one attempt that badput needs beyond :class:`AttemptInfo`
+    (see :mod:`ckptdash.badput` and docs/goodput.md). Times are Unix seconds."""
+
+    attempt: int
+    first_t: float | None
+    """Its earliest event of any kind and rank (its start when it wrote no ``run_started``)."""
+    first_step_t: float | None
+    """The first training step it reported: its earliest heartbeat of any rank, or the start
+    (``t − duration_s``) of its first save when that came earlier (a save is work done)."""
+    saving_s: float
+    """Blocking time of its saves: per rank the sum over its ``checkpoint_saved`` events of
+    ``blocking_s`` (else ``duration_s``); the attempt's is the largest rank's."""
+    saves: int
+    """How many ``checkpoint_saved`` events that largest rank wrote."""
+    last_save_t: float | None
+    """Its latest ``checkpoint_saved`` (any rank): its last durable checkpoint."""
+
+
+@dataclass(frozen=True)
+class MetricPoint:
+    """One rank-0 heartbeat's metrics, kept for the metrics plot (see ``RunState.metrics``)."""
+
+    step: int
+    t: float
+    attempt: int
+    metrics: dict[str, float]
+
+
+@dataclass
+class AnomalyInfo:
+    """A metric that went bad (an ``anomaly`` event) and what the job did about it."""
+
+    t: float
+    attempt: int
+    step: int | None
+    metric: str
+    value: float | None
+    reason: str
+    action: str
+    pinned: str | None

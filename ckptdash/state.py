@@ -34,11 +34,14 @@ import msgspec
 from ckptdash import events as ev_
 from ckptdash.events import BadLine, Event, Heartbeat
 from ckptdash.records import (
+    AnomalyInfo,
     AttemptInfo,
+    AttemptTimes,
     BadLines,
     CheckpointInfo,
     CommandInfo,
     ExceptionInfo,
+    MetricPoint,
     Progress,
     RequeueInfo,
     SignalInfo,
@@ -52,7 +55,8 @@ SERIES_POINTS: Final = 2048
 
 A point is the earliest rank-0 heartbeat in its time bucket; buckets start at
 1 s and double in width whenever an attempt would hold more points than this.
-The result depends only on the set of heartbeats, not on their order.
+The result depends only on the set of heartbeats, not on their order. The kept
+heartbeats' metrics are the metrics plot's points (:meth:`RunState.metrics`).
 """
 
 BAD_LINE_SAMPLES: Final = 20
@@ -72,29 +76,35 @@ def _key(event: Event) -> Key:
 
 
 class _Series:
-    """Earliest (t, step) per time bucket; the bucket width doubles to stay under a cap."""
+    """Earliest (t, step) per time bucket, with its heartbeat's metrics; the bucket width
+    doubles to stay under a cap. The metrics are copied: a heartbeat read from a file is a view
+    into the whole buffer it was decoded from, which would stay in memory with it."""
 
     __slots__ = ("buckets", "hi", "lo", "min_t", "width")
 
     def __init__(self) -> None:
         self.width = 1.0
-        self.buckets: dict[float, tuple[float, int]] = {}
+        self.buckets: dict[float, tuple[float, int, msgspec.Raw]] = {}
         # The bucket the last point fell in: a heartbeat later than its minimum changes nothing.
         self.lo = self.hi = self.min_t = 0.0
 
-    def add(self, t: float, step: int | None) -> None:
+    def add(self, t: float, step: int | None, hb: Heartbeat) -> None:
         if step is None:
             return
         b = t // self.width
         old = self.buckets.get(b)
-        if old is None or (t, step) < old:
-            self.buckets[b] = (t, step)
+        if (
+            old is None
+            or (t, step) < old[:2]
+            or ((t, step) == old[:2] and bytes(hb.metrics) > bytes(old[2]))  # order-independent
+        ):
+            self.buckets[b] = (t, step, hb.metrics.copy())
             while len(self.buckets) > SERIES_POINTS:
                 self.width *= 2  # powers of two: bucket floor(t/2w) is the union of two old ones
-                merged: dict[float, tuple[float, int]] = {}
+                merged: dict[float, tuple[float, int, msgspec.Raw]] = {}
                 for point in self.buckets.values():
                     nb = point[0] // self.width
-                    if nb not in merged or point < merged[nb]:
+                    if nb not in merged or point[:2] < merged[nb][:2]:
                         merged[nb] = point
                 self.buckets = merged
             b = t // self.width
@@ -102,13 +112,27 @@ class _Series:
         self.min_t = self.buckets[b][0]
 
     def points(self) -> list[tuple[float, int]]:
-        return sorted(self.buckets.values())
+        return sorted(p[:2] for p in self.buckets.values())
+
+    def heartbeats(self) -> list[tuple[float, int, msgspec.Raw]]:
+        return sorted(self.buckets.values(), key=lambda p: p[:2])
 
 
 class _Stream:
     """Per (attempt, rank): its latest heartbeat and a summary of its other events."""
 
-    __slots__ = ("hb", "hb_t", "last_t", "max_step", "series")
+    __slots__ = (
+        "first_hb_t",
+        "first_save_t",
+        "first_t",
+        "hb",
+        "hb_t",
+        "last_save_t",
+        "last_t",
+        "max_step",
+        "save_s",
+        "series",
+    )
 
     def __init__(self, series: _Series | None) -> None:
         self.hb: Heartbeat | None = None
@@ -116,6 +140,10 @@ class _Stream:
         self.last_t = _NEG_INF
         self.max_step = -1
         self.series = series
+        # For badput (ckptdash.badput): first events, and the blocking time of each save.
+        self.first_hb_t = self.first_t = self.first_save_t = math.inf
+        self.save_s: list[float] = []
+        self.last_save_t = _NEG_INF
 
     def tie(self, hb: Heartbeat) -> None:
         """Two heartbeats at one time: keep the greater bytes, whichever came first."""
@@ -201,6 +229,7 @@ class RunState:
         self.signals: list[SignalInfo] = []
         self.requeues: list[RequeueInfo] = []
         self.exceptions: list[ExceptionInfo] = []
+        self.anomalies: list[AnomalyInfo] = []
         self.commands: dict[str, CommandInfo] = {}
         self.progress: Progress | None = None
         self.bad_lines = BadLines()
@@ -221,6 +250,7 @@ class RunState:
         self._dirty_commands: set[str] = set()
         self._lists_dirty = False
         self._bad_heap: list[tuple[str, int, str, str]] = []
+        self._decoded: dict[int, tuple[msgspec.Raw, MetricPoint]] = {}
 
     # --- input -------------------------------------------------------------------------------
 
@@ -275,6 +305,49 @@ class RunState:
             " declared; not this run's checkpoint (a forged or stray record)"
         )
 
+    def attempt_times(self) -> dict[int, AttemptTimes]:
+        """Per attempt, the times that badput needs (:class:`~ckptdash.records.AttemptTimes`)."""
+        out = {}
+        for n in sorted(self._attempts):
+            a = self._attempts[n]
+            first = min((min(s.first_t, s.first_hb_t) for s in a.streams.values()), default=0.0)
+            # The first step: its first heartbeat, or its first save's start if that came first.
+            first_hb = min(
+                (min(s.first_hb_t, s.first_save_t) for s in a.streams.values()), default=math.inf
+            )
+            # fsum: exact, so the total does not depend on the order the saves arrived in.
+            per_rank = [(math.fsum(s.save_s), len(s.save_s)) for s in a.streams.values()]
+            saving, saves = max(per_rank, default=(0.0, 0))
+            last_save = max((s.last_save_t for s in a.streams.values()), default=_NEG_INF)
+            out[n] = AttemptTimes(
+                attempt=n,
+                first_t=None if math.isinf(first) else first,
+                first_step_t=None if math.isinf(first_hb) else first_hb,
+                saving_s=saving,
+                saves=saves,
+                last_save_t=None if last_save == _NEG_INF else last_save,
+            )
+        return out
+
+    def metrics(self) -> dict[int, list[MetricPoint]]:
+        """Per attempt, the metrics of the heartbeats kept in :attr:`series` (thinned as
+        :data:`SERIES_POINTS` says), by time. A heartbeat is decoded once, on the first call
+        that sees it; later calls decode only new points."""
+        out = {}
+        cache, fresh = self._decoded, {}
+        for n in sorted(self._attempts):
+            points = []
+            for t, step, raw in self._attempts[n].series.heartbeats():
+                hit = cache.get(id(raw))
+                if hit is None or hit[0] is not raw:
+                    hit = (raw, MetricPoint(step, t, n, ev_.decode_metrics(raw)))
+                fresh[id(raw)] = hit
+                points.append(hit[1])
+            if points:
+                out[n] = points
+        self._decoded = fresh  # only what is still kept
+        return out
+
     def valid_checkpoints(self) -> list[CheckpointInfo]:
         """Checkpoints whose file is a resume candidate, oldest first by (step, time)."""
         saved = [c for c in self.checkpoints.values() if c.status == "saved"]
@@ -300,6 +373,7 @@ class RunState:
             "signals": [asdict(x) for x in self.signals],
             "requeues": [asdict(x) for x in self.requeues],
             "exceptions": [asdict(x) for x in self.exceptions],
+            "anomalies": [asdict(x) for x in self.anomalies],
             "commands": {i: asdict(self.commands[i]) for i in sorted(self.commands)},
         }
 
@@ -325,8 +399,10 @@ class RunState:
                     s.hb = ev
                 elif t == s.hb_t:
                     s.tie(ev)
+                if t < s.first_hb_t:
+                    s.first_hb_t = t
                 if series is not None and not (series.lo <= t < series.hi and t > series.min_t):
-                    series.add(t, ev.step)
+                    series.add(t, ev.step, ev)
             else:
                 other(ev)
         if n_hb:
@@ -351,6 +427,13 @@ class RunState:
         self.events_total += 1
         s = self._stream(ev.attempt, ev.rank)
         s.last_t = max(s.last_t, ev.t)
+        s.first_t = min(s.first_t, ev.t)
+        if kind == "checkpoint_saved":
+            sv = cast("ev_.CheckpointSaved", ev)
+            # An asynchronous save stalls training for less than it takes to be durable.
+            s.save_s.append(sv.duration_s if sv.blocking_s is None else sv.blocking_s)
+            s.first_save_t = min(s.first_save_t, ev.t - sv.duration_s)
+            s.last_save_t = max(s.last_save_t, ev.t)
         k = _key(ev)
         if ev.step is not None:
             s.max_step = max(s.max_step, ev.step)
@@ -423,6 +506,14 @@ class RunState:
         )
         self._lists_dirty = True
 
+    def _on_anomaly(self, ev: ev_.AnomalyDetected, k: Key) -> None:
+        self.anomalies.append(
+            AnomalyInfo(
+                ev.t, ev.attempt, ev.step, ev.metric, ev.value, ev.reason, ev.action, ev.pinned
+            )
+        )
+        self._lists_dirty = True
+
     def _on_command_received(self, ev: ev_.CommandReceived, k: Key) -> None:
         c = self._command(ev.command_id)
         if c.received is None or k < c.received[0]:
@@ -491,6 +582,7 @@ class RunState:
             self.signals.sort(key=_signal_key)
             self.requeues.sort(key=_requeue_key)
             self.exceptions.sort(key=_exception_key)
+            self.anomalies.sort(key=lambda x: (x.t, x.attempt, repr(x)))
             self._lists_dirty = False
         if not self._run_id_given:
             self.run_id = self._derive_run_id()
@@ -675,4 +767,5 @@ _HANDLERS: Final[dict[str, Any]] = {
     "command_received": RunState._on_command_received,
     **{kind: RunState._on_command_outcome for kind in _COMMAND_OUTCOMES},
     "exception": RunState._on_exception,
+    "anomaly": RunState._on_anomaly,
 }

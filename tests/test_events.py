@@ -38,6 +38,7 @@ REQUIRED: dict[str, dict[str, object]] = {
     "command_rejected": {"command_id": "c1", "reason": "malformed"},
     "command_expired": {"command_id": "c1", "reason": "ttl"},
     "exception": {"error_type": "ValueError", "message": "bad"},
+    "anomaly": {"metric": "loss", "value": None},
 }
 
 

@@ -62,6 +62,13 @@ SAMPLES: dict[str, dict[str, Any]] = {
     "command_rejected": {"command_id": "c2", "reason": "malformed", "command": "save_now"},
     "command_expired": {"command_id": "c3", "reason": "ttl", "command": "stop_after_save"},
     "exception": {"error_type": "ValueError", "message": "bad", "traceback": "Traceback…"},
+    "anomaly": {
+        "metric": "loss",
+        "value": 81.5,
+        "reason": "spike: 81.5 > 5 x median 2.1",
+        "action": "rollback",
+        "pinned": "checkpoints/step=100.ckpt",
+    },
 }
 
 

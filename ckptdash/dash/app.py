@@ -30,9 +30,11 @@ from typing import Any, Final
 import panel as pn
 
 from ckptdash.dash import access, embed
+from ckptdash.dash.badput_view import BadputView
 from ckptdash.dash.controls import ControlActions, Controls, default_author
 from ckptdash.dash.delivery import Delivery
 from ckptdash.dash.hub import WatcherHub, shared_hub
+from ckptdash.dash.metrics_plot import MetricsPlot
 from ckptdash.dash.model import DEFAULT_STALE_AFTER_S, DashModel
 from ckptdash.dash.mounts import WATCH_MODES, WatchMode
 from ckptdash.dash.scheduler import SchedulerPanel
@@ -131,6 +133,8 @@ class Dashboard(pn.viewable.Viewer):  # type: ignore[misc]
         self.timeline = Timeline(self.model)
         self.commands = CommandsView(self.model)
         self.goodput = GoodputView(self.model)
+        self.badput = BadputView(self.model)
+        self.metrics = MetricsPlot(self.model, self.controls)
         self._title = html_pane()
         self.model.param.watch(self._render_title, ["watching"])
         self._render_title()
@@ -141,7 +145,12 @@ class Dashboard(pn.viewable.Viewer):  # type: ignore[misc]
             self.controls,
             self.scheduler,
             self.timeline,
-            pn.Row(self.goodput, self.commands, sizing_mode="stretch_width"),
+            self.metrics,
+            pn.Row(
+                pn.Column(self.badput, self.goodput, sizing_mode="stretch_width"),
+                self.commands,
+                sizing_mode="stretch_width",
+            ),
             self.table,
             sizing_mode="stretch_width",
         )

@@ -21,10 +21,13 @@ from typing import Final
 
 from ckptdash.events import Settings
 from ckptdash.records import (
+    AnomalyInfo,
     AttemptInfo,
+    AttemptTimes,
     CheckpointInfo,
     CommandInfo,
     ExceptionInfo,
+    MetricPoint,
     Progress,
     RequeueInfo,
     SignalInfo,
@@ -73,6 +76,11 @@ class RunSnapshot:
     bad_lines: Mapping[str, int]
     replaced: int
     signature: tuple[object, ...] = field(repr=False, compare=False)
+    times: Mapping[int, AttemptTimes] = field(default_factory=dict)
+    """Per attempt, what badput needs (:mod:`ckptdash.badput`)."""
+    metrics: Mapping[int, Sequence[MetricPoint]] = field(default_factory=dict, repr=False)
+    """Per attempt, thinned rank-0 heartbeats with their metrics, by step (the metrics plot)."""
+    anomalies: tuple[AnomalyInfo, ...] = ()
 
     @property
     def newest(self) -> AttemptInfo | None:
@@ -182,6 +190,7 @@ class SnapshotBuilder:
             if old is not None and same(4)
             else {n: tuple(points) for n, points in state.series.items()}
         )
+        metrics = old.metrics if old is not None and same(4) else state.metrics()
         resume_sig = (ck_sig, settings_key)
         resume = old.resume if old is not None and resume_sig == self._resume_sig else None
         if resume is None:
@@ -208,6 +217,9 @@ class SnapshotBuilder:
             bad_lines=dict(state.bad_lines.counts),
             replaced=state.replaced,
             signature=signature,
+            times=state.attempt_times(),
+            metrics=metrics,
+            anomalies=tuple(state.anomalies),
         )
         self.last = snap
         return snap

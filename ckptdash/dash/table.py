@@ -12,6 +12,7 @@ from bokeh.models.widgets.tables import DateFormatter, NumberFormatter
 
 from ckptdash.dash.controls import Controls, button
 from ckptdash.dash.frames import NUMBER, TEXT, TIME, typed_frame
+from ckptdash.dash.metrics_plot import metrics_at_save
 from ckptdash.dash.model import DashModel
 from ckptdash.dash.snapshot import RunSnapshot
 from ckptdash.dash.views import HtmlPane
@@ -27,6 +28,7 @@ SCHEMA: Final = {
     "resume": TEXT,
     "attempt": NUMBER,
     "file": TEXT,
+    "metrics": TEXT,
     "path": TEXT,
 }
 
@@ -59,6 +61,7 @@ def checkpoint_frame(snap: RunSnapshot | None) -> pd.DataFrame:
                 "resume": " ".join(marks),
                 "attempt": c.attempt,
                 "file": _short(c.path, snap.root),
+                "metrics": metrics_at_save(snap, c),  # the heartbeat nearest the save's step
                 "path": c.path,
             }
         )

@@ -15,6 +15,7 @@ import pandas as pd
 import panel as pn
 from bokeh.models.widgets.tables import NumberFormatter
 
+from ckptdash import badput
 from ckptdash.dash import goodput, text
 from ckptdash.dash.frames import NUMBER, TEXT, typed_frame
 from ckptdash.dash.model import DashModel, rates, run_status
@@ -204,6 +205,7 @@ class RunList(pn.viewable.Viewer):  # type: ignore[misc]
         "step": NUMBER,
         "last event": TEXT,
         "events": NUMBER,
+        "goodput": NUMBER,
     }
 
     def __init__(self, model: DashModel, **params: Any) -> None:
@@ -223,8 +225,9 @@ class RunList(pn.viewable.Viewer):  # type: ignore[misc]
                 "attempt": NumberFormatter(format="0", nan_format="–"),
                 "step": NumberFormatter(format="0,0", nan_format="–"),
                 "events": NumberFormatter(format="0,0", nan_format="–"),
+                "goodput": NumberFormatter(format="0.0%", nan_format="–"),
             },
-            text_align={"attempt": "right", "step": "right", "events": "right"},
+            text_align={"attempt": "right", "step": "right", "events": "right", "goodput": "right"},
         )
         self._heading = HtmlPane(margin=(0, 10))
         self._layout = pn.Column(
@@ -254,6 +257,7 @@ class RunList(pn.viewable.Viewer):  # type: ignore[misc]
                     "step": None if newest is None else newest.step,
                     "last event": text.age(r.last_seen, now),
                     "events": r.events_total,
+                    "goodput": _goodput_of(r, now),
                 }
             )
         return typed_frame(rows, self.SCHEMA)
@@ -278,6 +282,11 @@ class RunList(pn.viewable.Viewer):  # type: ignore[misc]
         if len(event.new) == 1 and 0 <= event.new[0] < len(self._roots):
             with contextlib.suppress(ValueError):
                 self.model.select(self._roots[event.new[0]])
+
+
+def _goodput_of(snap: RunSnapshot, now: float) -> float | None:
+    # The same numbers as `ckptdash goodput`.
+    return badput.compute(snap.attempts, snap.times, now).goodput
 
 
 class GoodputView(HtmlView):
@@ -315,6 +324,14 @@ def render_goodput(g: goodput.Goodput) -> str:
             lines.append(
                 f"<div class='muted'>expected time lost to saving and re-done work:"
                 f" {text.percent(now_w)} now, {text.percent(best_w)} at the Daly interval</div>"
+            )
+        if best_w is not None:
+            now_g = text.percent(max(0.0, 1 - now_w)) if now_w is not None else text.DASH
+            lines.append(
+                f"<div class='gp-advice'>expected goodput at the Daly interval:"
+                f" <b>{text.percent(max(0.0, 1 - best_w))}</b>"
+                f" <span class='muted'>(at this run's interval {now_g}; startup and queue"
+                " time not included)</span></div>"
             )
     else:
         lines.append(

@@ -74,6 +74,21 @@ class TrainConfig:
     last event is newer than this (on the same host its process id decides instead); a job
     refuses to start on a run directory such an attempt is using. 0: only the process test."""
 
+    on_anomaly: Literal["record", "stop", "rollback"] = "record"
+    """When the watched metric goes non-finite or spikes (checked at heartbeats, rank 0):
+    ``record`` an ``anomaly`` event; ``stop`` training without a save or requeue; or
+    ``rollback``: pin the newest valid checkpoint before the anomaly, stop, requeue as the
+    policy allows (the next attempt resumes before the divergence). See docs/goodput.md."""
+
+    anomaly_metric: str = "loss"
+    """The heartbeat metric watched for anomalies (Lightning: a name given to ``self.log``)."""
+
+    anomaly_factor: float = 5.0
+    """A value above this many times the median of the recent values is a spike."""
+
+    anomaly_window: int = 20
+    """How many recent healthy values (one per heartbeat) the median is taken over."""
+
     def __post_init__(self) -> None:
         for name, action in self.signals.items():
             try:
@@ -96,6 +111,17 @@ class TrainConfig:
                 raise ConfigError(f"TrainConfig.{name} = {getattr(self, name)}: must be > 0")
         if self.stale_after_s < 0:
             raise ConfigError(f"TrainConfig.stale_after_s = {self.stale_after_s}: must be >= 0")
+        if self.on_anomaly not in ("record", "stop", "rollback"):
+            raise ConfigError(
+                f"TrainConfig.on_anomaly = {self.on_anomaly!r}: use 'record', 'stop' or 'rollback'"
+            )
+        if not self.anomaly_factor > 1:
+            raise ConfigError(
+                f"TrainConfig.anomaly_factor = {self.anomaly_factor}: must be > 1 (e.g. 5: five"
+                " times the recent median)"
+            )
+        if self.anomaly_window < 3:
+            raise ConfigError(f"TrainConfig.anomaly_window = {self.anomaly_window}: must be >= 3")
         if self.validate not in ("checksum", "size"):
             raise ConfigError(f"TrainConfig.validate = {self.validate!r}: use 'checksum' or 'size'")
 

@@ -102,7 +102,10 @@ class Monitor:
     def step(self, step: int, *, epoch: int | None = None, **metrics: Any) -> Decision | None:
         """Call once per optimizer step, after it. Cheap unless a check is due."""
         decision = self.session.boundary(step, epoch, metrics)
-        if decision is not None:
+        if decision is not None and not decision.save:  # an anomaly: stop, nothing to save
+            self.session.after_save(None)
+            self._stop = self._stop or decision.stop
+        elif decision is not None:
             self._decision = decision
         return decision
 

@@ -35,6 +35,7 @@ from typing import Any
 from ckptdash import control
 from ckptdash.errors import CheckpointChoiceError, CkptDashError
 from ckptdash.events import (
+    AnomalyDetected,
     CheckpointDirDeclared,
     CheckpointInvalid,
     CheckpointSaved,
@@ -58,7 +59,7 @@ from ckptdash.events import (
 from ckptdash.resume import ResumeChoice, choose_resume, judge_given
 from ckptdash.rundir import RunDir
 from ckptdash.tail import MAX_LINE_BYTES
-from ckptdash.train import dist
+from ckptdash.train import anomaly, dist
 from ckptdash.train.config import ConfigError, SignalAction, TrainConfig
 from ckptdash.train.guard import RunGuard
 from ckptdash.train.recovery import recover
@@ -103,6 +104,9 @@ class Decision:
     stop: bool
     requeue: bool
     reason: str
+    save: bool = True
+    """False after an anomaly: the model diverged, and a save would become the newest
+    checkpoint; then only stop (and requeue) as decided."""
 
 
 @dataclass
@@ -112,6 +116,7 @@ class _Pending:
     signal_code: int = _NO_SIGNAL
     manual: bool = False
     stop: bool = False
+    anomaly: int = 0  # 1: stop, 2: roll back (stop and requeue)
     commands: list[control.Claimed] = field(default_factory=list)
 
 
@@ -157,6 +162,9 @@ class Session:
         self.decision: Decision | None = None
         self.stop_reason: str | None = None
         self._pending = _Pending()
+        self._anomalies = anomaly.AnomalyWatch(
+            config.anomaly_metric, config.anomaly_factor, config.anomaly_window
+        )
         self._in_flight: list[control.Claimed] = []
         self._countdown = 1
         self._check_every = 1
@@ -362,6 +370,9 @@ class Session:
         """Record that this attempt loaded ``path`` (rank 0)."""
         if self.rank == 0:
             self.writer.emit(RunResumed, step=step, path=os.path.abspath(path), reason=reason)
+            anomaly.clear_used_rollback_pin(self.run, path)
+            if step is not None:  # what was saved before is the healthy reference for now
+                self._anomalies.healthy_step = step
 
     def close(self, reason: str = "completed", error: BaseException | None = None) -> None:
         """End the attempt: answer unapplied commands, restore handlers, record the outcome."""
@@ -455,14 +466,24 @@ class Session:
                 self._next_heartbeat = now + self.config.heartbeat_interval_s
                 self._heartbeat(metrics() if callable(metrics) else metrics)
         pending = self._pending
-        signal_code, manual, stop, check_every = dist.agree_max(
-            [pending.signal_code, int(pending.manual), int(pending.stop), self._check_every]
+        signal_code, manual, stop, check_every, bad = dist.agree_max(
+            [
+                pending.signal_code,
+                int(pending.manual),
+                int(pending.stop),
+                self._check_every,
+                pending.anomaly,
+            ]
         )
         self._check_every = max(1, check_every)
         self._countdown = self._check_every
         self._in_flight.extend(pending.commands)
         self._pending = _Pending()
-        if signal_code != _NO_SIGNAL:
+        if bad:  # before a signal's save: saving a diverged model would make it the newest
+            self.decision = Decision(
+                trigger="exception", stop=True, requeue=bad == 2, reason="anomaly", save=False
+            )
+        elif signal_code != _NO_SIGNAL:
             requeue = signal_code == _REQUEUE
             self.decision = Decision(
                 trigger="signal",
@@ -529,13 +550,43 @@ class Session:
                 self._pending.commands.append(claimed)
 
     def _heartbeat(self, metrics: Mapping[str, Any] | None) -> None:
+        numeric = _numeric(metrics)
         self.writer.emit(
             Heartbeat,
             step=self.step,
             epoch=self.epoch,
-            metrics=_numeric(metrics),
+            metrics=numeric,
             time_left_s=self.scheduler.time_left_s(),
         )
+        found = self._anomalies.check(self.step, numeric)
+        if found is not None:
+            self._on_anomaly(found)
+
+    def _on_anomaly(self, found: anomaly.Anomaly) -> None:
+        """Record it; for stop/rollback, ask every rank to stop at this check (rank 0)."""
+        action = self.config.on_anomaly
+        reason, pinned = found.reason, None
+        if action == "rollback":
+            try:
+                target = anomaly.rollback_target(self.run, found)
+                if target is not None:
+                    anomaly.pin_for_rollback(self.run, target.path, found.step)
+                    pinned = target.path
+            except Exception as exc:  # no pin: stop without requeue rather than resume diverged
+                reason += f"; could not pin a checkpoint: {exc}"
+            if pinned is None and "could not pin" not in reason:
+                reason += "; no valid checkpoint before it to roll back to: stopping only"
+        self.writer.emit(
+            AnomalyDetected,
+            step=found.step,
+            metric=found.metric,
+            value=found.value,
+            reason=reason,
+            action=action,
+            pinned=pinned,
+        )
+        if action != "record":
+            self._pending.anomaly = 2 if pinned is not None else 1
 
     def heartbeat(self, metrics: Mapping[str, Any] | None = None) -> None:
         """Write a heartbeat now (rank 0), e.g. at the end of an epoch."""

@@ -91,11 +91,13 @@ def test_quickstart_trains_and_its_dashboard_renders_offline(
 
 def test_analysis_opens_a_run_after_the_fact(tmp_path: Path, kernel: str) -> None:
     """Without CKPTDASH_RUN_DIR the analysis notebook writes the sample run and shows its
-    status, timeline, goodput and checkpoint table without errors."""
+    status, timeline, goodput (badput by cause), metrics plot and checkpoint table without
+    errors."""
     nb = execute("analysis.ipynb", tmp_path, kernel)
     text = "".join(_text(c) for c in nb.cells if c.cell_type == "code")
     assert "stopped (preempted)" in text
     assert "signal" in text
+    assert "badput by cause (s): {'startup'" in text
 
 
 def test_analysis_reads_the_run_named_by_the_environment(

@@ -87,7 +87,7 @@ _REQUIRED = {
     "t": 1.0, "run": "r", "attempt": 0, "path": "checkpoints/a.ckpt", "reason": "x",
     "error": "e", "trigger": "periodic", "size_bytes": 1, "duration_s": 0.1,
     "signal": "SIGUSR2", "command_id": "c1", "command": "save_now", "error_type": "E",
-    "message": "m",
+    "message": "m", "metric": "loss", "value": 1.0,
 }  # fmt: skip
 
 

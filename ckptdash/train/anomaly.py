@@ -1,0 +1,122 @@
+"""Anomalies: a watched metric (the loss) that goes non-finite or spikes, seen at heartbeats.
+
+The check runs on rank 0 when a heartbeat is written (every ``heartbeat_interval_s``),
+with the metrics the heartbeat carries, so training pays nothing for it per step. What
+happens next is :attr:`TrainConfig.on_anomaly`:
+
+* ``record``: an ``anomaly`` event, training goes on;
+* ``stop``: the event, then every rank stops at this step boundary without saving (the
+  model has diverged: a save now would become the newest checkpoint) and without requeue;
+* ``rollback``: as ``stop``, but first the newest valid checkpoint at or before the last
+  healthy heartbeat is pinned as the resume checkpoint, and the job requeues as the policy
+  allows; the next attempt resumes before the divergence and clears that pin once used.
+
+One event per excursion: after an anomaly nothing more is recorded until a healthy value.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final, Literal
+
+from ckptdash import control
+from ckptdash.records import CheckpointInfo
+from ckptdash.resume import ValidateMode, check_checkpoint, load_state
+from ckptdash.rundir import RunDir
+
+AnomalyAction = Literal["record", "stop", "rollback"]
+ANOMALY_ACTIONS: Final[tuple[str, ...]] = ("record", "stop", "rollback")
+ROLLBACK_AUTHOR: Final = "ckptdash rollback"
+"""``updated_by`` of a pin that a rollback wrote (the resume that uses it clears it)."""
+MIN_HISTORY: Final = 3
+"""Healthy values needed before a spike can be judged against their median."""
+
+
+@dataclass(frozen=True)
+class Anomaly:
+    """What went bad: the step, the metric, its value (None when not finite) and why."""
+
+    step: int
+    metric: str
+    value: float | None
+    reason: str
+    healthy_step: int | None
+    """The step of the last healthy value: the divergence started after it."""
+
+
+class AnomalyWatch:
+    """Judges each heartbeat's value of ``metric``; see the module docstring."""
+
+    def __init__(self, metric: str, factor: float, window: int) -> None:
+        self.metric = metric
+        self.factor = factor
+        self._recent: deque[float] = deque(maxlen=window)
+        self._in_excursion = False
+        self.healthy_step: int | None = None
+
+    def check(self, step: int, metrics: Mapping[str, float]) -> Anomaly | None:
+        """An :class:`Anomaly` when ``metrics[metric]`` starts an excursion, else None."""
+        value = metrics.get(self.metric)
+        if value is None:
+            return None
+        reason = ""
+        if not math.isfinite(value):
+            reason = f"{self.metric} is {value} (not finite)"
+        elif len(self._recent) >= MIN_HISTORY:
+            median = statistics.median(self._recent)
+            if median > 0 and value > self.factor * median:
+                reason = (
+                    f"{self.metric} {value:.4g} > {self.factor:g} × the median {median:.4g}"
+                    f" of its last {len(self._recent)} values"
+                )
+        if not reason:
+            self._recent.append(value)
+            self._in_excursion = False
+            self.healthy_step = step
+            return None
+        if self._in_excursion:
+            return None
+        self._in_excursion = True
+        shown = value if math.isfinite(value) else None
+        return Anomaly(step, self.metric, shown, reason, self.healthy_step)
+
+
+def rollback_target(
+    run: RunDir, anomaly: Anomaly, validate: ValidateMode = "size"
+) -> CheckpointInfo | None:
+    """The newest valid checkpoint at or before the last healthy step (None: nothing safe)."""
+    if anomaly.healthy_step is None:
+        return None
+    state = load_state(run)
+    for info in reversed(state.valid_checkpoints()):
+        step = info.step
+        if (
+            step is not None
+            and step <= anomaly.healthy_step
+            and check_checkpoint(info, validate) is None
+        ):
+            return info
+    return None
+
+
+def pin_for_rollback(run: RunDir, path: str, step: int) -> None:
+    """Pin ``path`` for the next attempt, signed so that its resume clears the pin."""
+    control.update_settings(run, resume_pin=path, author=f"{ROLLBACK_AUTHOR} at step {step}")
+
+
+def clear_used_rollback_pin(run: RunDir, loaded: str) -> None:
+    """After a resume from a rollback's pin, remove the pin: it was for that attempt only
+    (a person's pin stays until they clear it)."""
+    try:
+        settings = control.read_settings(run)
+        pin = settings.resume_pin
+        same = pin is not None and os.path.abspath(pin) == os.path.abspath(loaded)
+        if same and settings.updated_by.startswith(ROLLBACK_AUTHOR):
+            control.update_settings(run, resume_pin=None, author=ROLLBACK_AUTHOR + " (used)")
+    except Exception:  # the pin is a convenience: never fail a resume over it
+        return
