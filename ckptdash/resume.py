@@ -45,7 +45,7 @@ class ResumeChoice:
 def load_state(run_dir: str | os.PathLike[str] | RunDir) -> RunState:
     """Replay a run directory's whole event log into a :class:`RunState`."""
     run = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
-    state = RunState(str(run.root), run.info().run_id)
+    state = RunState(str(run.root), run.info().run_id, confine=True)
     for batch in RunTailer(run).batches():
         state.apply(batch)
     return state

@@ -208,13 +208,14 @@ class RunState:
     Read the public attributes; change the state only through the ``apply*``
     methods. ``series`` maps an attempt to its thinned (t, step) progress points.
 
-    With a ``root`` (and ``confine``, the default) a checkpoint counts only where the run
-    keeps them: inside ``root`` or inside a directory the run declared
-    (``checkpoint_dir_declared``, listed in ``checkpoint_dirs``). A record of any other path
-    is ``invalid`` with the reason — never a resume candidate, never pinnable.
+    With ``confine`` (every reader of a real run directory passes it: the resume rule, the
+    watcher, the run guard) a checkpoint counts only where the run keeps them: inside
+    ``root`` or inside a directory the run declared (``checkpoint_dir_declared``, listed in
+    ``checkpoint_dirs``). A record of any other path is ``invalid`` with the reason — never
+    a resume candidate, never pinnable. A state fed by hand (tests, tools) may leave it off.
     """
 
-    def __init__(self, root: str = "", run_id: str = "", *, confine: bool = True) -> None:
+    def __init__(self, root: str = "", run_id: str = "", *, confine: bool = False) -> None:
         self.root = root
         self.run_id = run_id
         self.checkpoint_dirs: list[str] = []

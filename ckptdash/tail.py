@@ -258,7 +258,7 @@ class RunTailer:
         names, trouble = self._event_file_names()
         if trouble:
             yield trouble
-        if names and self._run_id is None and (problem := self._read_run_id()):
+        if names and self._run_id is None and (problem := self._read_run_id(names)):
             yield problem
         touched, self._touched = self._touched, set()
         self.looked_at = 0
@@ -284,11 +284,14 @@ class RunTailer:
         due += (n for n in touched if n in self._cold and n not in due)
         return sorted(due)
 
-    def _read_run_id(self) -> TailBatch:
-        """The run id that checkpoint records must carry: run.json's, or the folder's name."""
+    def _read_run_id(self, names: list[str]) -> TailBatch:
+        """The run id that checkpoint records must carry: run.json's; for a log written
+        without one (by another tool), the id on the first line of the first attempt's rank-0
+        file, as :class:`~ckptdash.state.RunState` names such a run."""
         try:
             if not self.run_dir.run_file.exists():
-                return TailBatch()  # a writer creates it before its first event file
+                self._run_id = self._first_run_id(names)
+                return TailBatch()
             self._run_id = self.run_dir.info().run_id
         except RunDirError as exc:
             return self._report("run.json", "read the run id", OSError(str(exc)))
@@ -479,6 +482,20 @@ class RunTailer:
             else:
                 batch.events.append(r)
         return batch
+
+    def _first_run_id(self, names: list[str]) -> str | None:
+        for name in names:
+            m = _NAME_RE.match(name)
+            if m is None or int(m.group(2)) != 0:
+                continue
+            try:
+                with open(os.path.join(self._events_dir, name), "rb") as f:
+                    first = f.readline(MAX_LINE_BYTES + 1)
+            except OSError:
+                return None
+            record = decode_line(first) if first.endswith(b"\n") else None
+            return record.run if isinstance(record, Event) else None
+        return None
 
     def _disagreement(self, name: str, record: Event | BadLine) -> str:
         """Why the file's first line does not vouch for the file ("" when it does)."""

@@ -345,7 +345,7 @@ class RunWatcher:
                 except RunDirError:
                     run_id = ""
                 self._runs[root] = _Run(
-                    rd, RunTailer(rd), RunState(root, run_id), SnapshotBuilder(root)
+                    rd, RunTailer(rd), RunState(root, run_id, confine=True), SnapshotBuilder(root)
                 )
 
     def _watch_run(self, run: _Run) -> None:

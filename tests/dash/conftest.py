@@ -69,8 +69,7 @@ class Scenario:
     """A run state fed by hand, and the snapshots a watcher would have published of it."""
 
     root: str = "/runs/exp1"
-    # Fed by hand with checkpoints anywhere (/ck/…): not confined to the run directory.
-    state: RunState = field(default_factory=lambda: RunState("/runs/exp1", "r1", confine=False))
+    state: RunState = field(default_factory=lambda: RunState("/runs/exp1", "r1"))
     builder: SnapshotBuilder = field(default_factory=lambda: SnapshotBuilder("/runs/exp1"))
     version: int = 0
 
