@@ -79,7 +79,9 @@ def _lines(first: int, count: int, chunk: int = 50_000) -> Iterator[bytes]:
 def make_run(root: Path, n: int) -> Path:
     """A run directory with one event file of ``n`` events; returns the event file."""
     run = RunDir(root)
-    run.ensure()
+    root.mkdir(parents=True, exist_ok=True)
+    run.run_file.write_bytes(b'{"v":1,"run_id":"%s","created_at":0}\n' % RUN_ID.encode())
+    run.ensure()  # keeps that run.json: the events' run id, so their checkpoints count
     path = run.events / run.event_file_name(0, 0, HOST)
     with open(path, "wb") as f:
         for blob in _lines(0, n):

@@ -34,6 +34,7 @@ BENCHMARKS = (
     "dash_latency",
     "validate_dir",
     "hf_step_overhead",
+    "idle_watch",
 )
 # Benchmarks that take --device (the others measure the CPU side only).
 ON_DEVICE = ("async_save",)

@@ -50,7 +50,7 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, TypeAlias
@@ -84,6 +84,12 @@ MAX_CONTROL_FILE_BYTES: Final = 64 * 1024
 """A command or settings file larger than this is malformed; it is rejected without being read."""
 
 DEFAULT_TTL_S: Final = 600.0
+MAX_TTL_S: Final = 86400.0
+"""The longest any command waits: one issued without expiry (``expires_at: null``) or with a
+later one expires this long after its issue time, so a stale click cannot fire days later."""
+CLAIM_BATCH: Final = 16
+"""Most inbox files one :func:`claim` takes; the rest wait for the next check. Each costs a
+rename and two fsync'ed events, so 2,000 junk files would otherwise stall one step for seconds."""
 FILE_MODE: Final = 0o600  # commands and settings say who did what: owner-only
 
 _ID_RE: Final = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")  # the pattern of Command.id
@@ -142,9 +148,9 @@ def issue(
 
     ``command`` is a command class (:class:`~ckptdash.events.SaveNow`) or its
     name (``"save_now"``). The id is unique and sorts by creation time. The
-    command expires ``ttl_s`` seconds from now (``None``: never). The file is
-    created complete and owner-only (mode 0600); an existing file is never
-    replaced.
+    command expires ``ttl_s`` seconds from now (``None``: after :data:`MAX_TTL_S`,
+    the longest any command waits). The file is created complete and owner-only
+    (mode 0600); an existing file is never replaced.
 
     Raises :class:`RunDirError` if ``run_dir`` is not a run (nothing is
     created then), :class:`ControlError` for an unknown command, a bad ttl or
@@ -185,15 +191,23 @@ def issue(
     raise ControlError(f"{rd.inbox}: could not pick an unused command id; try again")
 
 
-def claim(run_dir: PathArg, *, now: float | None = None) -> list[Claimed]:
-    """Take every command in the inbox, oldest first; each file goes to exactly one caller.
+def claim(
+    run_dir: PathArg,
+    *,
+    now: float | None = None,
+    limit: int = CLAIM_BATCH,
+    on_problem: Callable[[str], object] | None = None,
+) -> list[Claimed]:
+    """Take up to ``limit`` commands from the inbox, oldest first (well-formed names before
+    others); each file goes to exactly one caller. The rest wait for the next call.
 
     Call it on one process per run (rank 0). Files another claimer took first
     are skipped; temp files of writes in progress are left alone. Malformed
     files are claimed too and come back with ``error`` set — none is dropped.
     The moves are durable before this returns, so the caller may act on them.
     A file that cannot be moved (permissions) stays pending, with a
-    :class:`RuntimeWarning` naming it: a broken control file never stops training.
+    :class:`RuntimeWarning` naming it (or a call of ``on_problem`` with that message):
+    a broken control file never stops training.
 
     >>> for c in claim(run.root):  # doctest: +SKIP
     ...     writer.emit(CommandReceived, command_id=c.id, command=c.command_name)
@@ -202,9 +216,11 @@ def claim(run_dir: PathArg, *, now: float | None = None) -> list[Claimed]:
     names = _listing(rd.inbox)
     if not names:
         return []
+    # Well-formed names first: a flood of junk must not delay a real command behind it.
+    names.sort(key=lambda n: not _is_command_name(n))
     _make_dirs(rd.claimed)
     taken: list[str] = []
-    for name in names:
+    for name in names[: max(1, limit)]:
         try:
             os.rename(rd.inbox / name, rd.claimed / name)
         except FileNotFoundError:
@@ -213,13 +229,15 @@ def claim(run_dir: PathArg, *, now: float | None = None) -> list[Claimed]:
             # claimed/ as an orphan and is answered command_expired, never applied twice.)
             continue
         except OSError as exc:
-            warnings.warn(
-                f"{rd.inbox / name}: cannot claim it ({exc.strerror}); it stays pending until"
-                f" it can be moved to {rd.claimed}: check both folders' permissions and"
-                " that nothing of that name is in the way",
-                RuntimeWarning,
-                stacklevel=2,
+            problem = (
+                f"{safe_name(str(rd.inbox / name))}: cannot claim it ({exc.strerror}); it stays"
+                f" pending until it can be moved to {rd.claimed}: check both folders'"
+                " permissions and that nothing of that name is in the way"
             )
+            if on_problem is not None:
+                on_problem(problem)
+            else:
+                warnings.warn(problem, RuntimeWarning, stacklevel=2)
             continue
         taken.append(name)
     if taken:
@@ -234,6 +252,8 @@ def complete(run_dir: PathArg, command: Claimed | str) -> None:
 
     ``command`` is what :func:`claim` or :func:`orphans` returned (this works
     for every file, whatever its name) or a command id (the file ``<id>.json``).
+    Raises :class:`ControlError` naming the file and the fix when the move fails
+    (``done/`` not writable, a directory in the way): the caller reports it and trains on.
     """
     rd = _run(run_dir)
     name = command.path.name if isinstance(command, Claimed) else f"{command}{COMMAND_SUFFIX}"
@@ -244,6 +264,12 @@ def complete(run_dir: PathArg, command: Claimed | str) -> None:
         os.rename(rd.claimed / name, rd.done / name)
     except FileNotFoundError:
         return  # already done, or never claimed
+    except OSError as exc:
+        raise ControlError(
+            f"{safe_name(str(rd.claimed / name))}: cannot move it to {rd.done}"
+            f" ({exc.strerror}); it stays in claimed/ and is never applied again. Fix the"
+            " permissions of both folders and remove what is in the way"
+        ) from None
     fsync_dir(rd.done)
     fsync_dir(rd.claimed)
 
@@ -294,7 +320,24 @@ def is_not_a_command(name: str) -> bool:
 
 def _id_of(name: str) -> str:
     stem = name.removesuffix(COMMAND_SUFFIX)
-    return stem or name
+    return safe_name(stem or name)
+
+
+def _is_command_name(name: str) -> bool:
+    return name.endswith(COMMAND_SUFFIX) and _ID_RE.match(name[: -len(COMMAND_SUFFIX)]) is not None
+
+
+def safe_name(name: str) -> str:
+    """``name`` as printable text: bytes that are not UTF-8 and control characters (an
+    ANSI escape) become ``\\xNN`` escapes. A file name is any bytes; an event holds text.
+
+    >>> safe_name(os.fsdecode(b"\\xff\\x1b[2J.json"))
+    '\\\\xff\\\\x1b[2J.json'
+    """
+    text = name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
 
 
 def read_command(path: Path) -> Command:
@@ -325,13 +368,25 @@ def _parse(path: Path, now: float) -> Claimed:
     try:
         cmd = read_command(path)
     except MalformedControlFile as exc:
-        return Claimed(file_id, path, None, str(exc))
+        return Claimed(file_id, path, None, safe_name(str(exc)))
     except FileNotFoundError:
         return Claimed(
-            file_id, path, None, f"{path}: vanished after it was claimed; nothing was done"
+            file_id,
+            path,
+            None,
+            f"{safe_name(str(path))}: vanished after it was claimed; nothing was done",
         )
-    expired = cmd.expires_at is not None and now > cmd.expires_at
-    return Claimed(file_id, path, cmd, None, expired)
+    return Claimed(file_id, path, cmd, None, expired(cmd, now))
+
+
+def expired(cmd: Command, now: float) -> bool:
+    """Whether ``cmd`` is too old to apply at ``now``: past its ``expires_at``, or more than
+    :data:`MAX_TTL_S` after its issue time whatever ``expires_at`` says, or issued so far in
+    the future that the issuer's clock cannot be right."""
+    deadline = cmd.t + MAX_TTL_S
+    if cmd.expires_at is not None:
+        deadline = min(deadline, cmd.expires_at)
+    return now > deadline or cmd.t > now + MAX_TTL_S
 
 
 def _read_small(path: Path, fix: str, *, follow_symlinks: bool = True) -> bytes:
@@ -387,7 +442,9 @@ def read_settings(run_dir: PathArg) -> Settings:
     """
     path = _run(run_dir).settings
     try:
-        data = _read_small(path, _HOW_TO_FIX_SETTINGS)
+        # Never through a symbolic link: whoever can write the run directory would
+        # otherwise point the policy at a file of their choosing.
+        data = _read_small(path, _HOW_TO_FIX_SETTINGS, follow_symlinks=False)
     except FileNotFoundError:
         return Settings()
     return decode_settings(data, str(path))
@@ -467,7 +524,8 @@ def _settings_lock(rd: RunDir) -> Iterator[None]:
     lock_path = rd.root / SETTINGS_LOCK
     with _process_settings_lock:
         try:
-            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, FILE_MODE)
+            flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
+            fd = os.open(lock_path, flags, FILE_MODE)
         except OSError as exc:
             raise ControlError(
                 f"{lock_path}: cannot open the settings lock ({exc.strerror}); check that you"

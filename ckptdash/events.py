@@ -29,8 +29,17 @@ FORMAT_VERSION: Final = 1
 Trigger: TypeAlias = Literal["periodic", "manual", "signal", "exception", "api", "final"]
 TRIGGERS: Final[tuple[str, ...]] = get_args(Trigger)
 
-NonNegInt = Annotated[int, msgspec.Meta(ge=0)]
-NonNegFloat = Annotated[float, msgspec.Meta(ge=0)]
+MAX_INT: Final = 2**63 - 1
+"""The largest step, attempt, rank, epoch or size a record may hold (a signed 64-bit integer):
+larger numbers overflow the int64 columns of the views."""
+MAX_TIME: Final = 2.0**32
+"""The latest time (Unix seconds, in 2106) and the longest duration a record may hold. A node
+with a broken clock writes years like 2300, which date libraries cannot draw; such a line is
+counted as ``invalid`` instead of hiding every run of the folder."""
+
+NonNegInt = Annotated[int, msgspec.Meta(ge=0, le=MAX_INT)]
+NonNegFloat = Annotated[float, msgspec.Meta(ge=0, le=MAX_TIME)]
+Seconds = Annotated[float, msgspec.Meta(ge=-MAX_TIME, le=MAX_TIME)]
 NonEmptyStr = Annotated[str, msgspec.Meta(min_length=1)]
 
 EMPTY_METRICS: Final = msgspec.Raw(b"{}")
@@ -100,7 +109,7 @@ class Heartbeat(Event, frozen=True, tag="heartbeat"):
 
     epoch: NonNegInt | None = None
     metrics: msgspec.Raw = EMPTY_METRICS
-    time_left_s: float | None = None
+    time_left_s: Seconds | None = None
 
 
 # --- checkpoints -----------------------------------------------------------------------------
@@ -147,6 +156,13 @@ class CheckpointInvalid(Event, frozen=True, tag="checkpoint_invalid"):
 
     path: NonEmptyStr
     reason: str
+
+
+class CheckpointDirDeclared(Event, frozen=True, tag="checkpoint_dir_declared"):
+    """This run saves checkpoints in ``path`` (an absolute directory outside the run directory,
+    or inside it). Only checkpoints inside the run directory or a declared directory count."""
+
+    path: NonEmptyStr
 
 
 # --- signals and requeue ---------------------------------------------------------------------
@@ -204,6 +220,14 @@ class CommandExpired(Event, frozen=True, tag="command_expired"):
     command_id: NonEmptyStr
     reason: str
     command: str = ""
+
+
+class ControlFailed(Event, frozen=True, tag="control_failed"):
+    """The control channel failed (a command could not be claimed or moved to ``done/``);
+    training goes on. ``command_id`` names the command concerned, if any."""
+
+    reason: str
+    command_id: str | None = None
 
 
 class ExceptionRaised(Event, frozen=True, tag="exception"):
@@ -284,6 +308,7 @@ AnyEvent: TypeAlias = (
     | CheckpointFailed
     | CheckpointRemoved
     | CheckpointInvalid
+    | CheckpointDirDeclared
     | SignalReceived
     | RequeueIssued
     | RequeueSkipped
@@ -291,6 +316,7 @@ AnyEvent: TypeAlias = (
     | CommandApplied
     | CommandRejected
     | CommandExpired
+    | ControlFailed
     | ExceptionRaised
     | AnomalyDetected
     | Pulse
@@ -317,6 +343,7 @@ DURABLE_KINDS: Final = frozenset(
         "checkpoint_saved",
         "checkpoint_failed",
         "checkpoint_removed",
+        "checkpoint_dir_declared",
         "signal_received",
         "requeue_issued",
         "requeue_skipped",
@@ -324,6 +351,7 @@ DURABLE_KINDS: Final = frozenset(
         "command_applied",
         "command_rejected",
         "command_expired",
+        "control_failed",
         "exception",
         "anomaly",
         "alert_raised",
@@ -380,12 +408,25 @@ def encode_metrics(metrics: dict[str, Any] | None) -> msgspec.Raw:
 
 
 def decode_metrics(raw: msgspec.Raw) -> dict[str, float]:
-    """Decode a heartbeat's metrics; a malformed value gives an empty mapping (lenient read)."""
+    """Decode a heartbeat's metrics; a malformed value gives an empty mapping (lenient read).
+
+    Only numbers are kept (a NaN loss, written as ``null``, stays ``None``); anything else,
+    and an integer too large to become a float, is left out, so no view meets an absurd value.
+    """
     try:
         value = msgspec.json.decode(raw)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, msgspec.ValidationError):
         return {}
-    return value if isinstance(value, dict) else {}
+    if not isinstance(value, dict):
+        return {}
+    return {
+        k: v
+        for k, v in value.items()
+        if v is None or (type(v) in (int, float) and -_MAX_METRIC <= v <= _MAX_METRIC)
+    }
+
+
+_MAX_METRIC: Final = 1e300  # float(int) of anything larger may overflow
 
 
 # --- lenient reading -------------------------------------------------------------------------
@@ -397,7 +438,7 @@ class BadLine:
 
     file: str
     line: int
-    reason: Literal["corrupt", "unknown_kind", "invalid"]
+    reason: Literal["corrupt", "unknown_kind", "invalid", "oversize"]
     detail: str
 
 

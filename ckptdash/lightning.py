@@ -87,6 +87,7 @@ class RecordingCheckpointIO(CheckpointIO):
             # launcher deletes at once: not a checkpoint anyone can resume from.
             self.inner.save_checkpoint(checkpoint, path, storage_options=storage_options)
             return
+        _declare_dir_of(self.session, path)
         if type(self.inner) is not TorchCheckpointIO or storage_options is not None:
             _record_written(
                 self.session,
@@ -158,6 +159,7 @@ def _record_written(
     what it wrote (a file, or a directory of shards) and record it as saved."""
     meta = _stamp(session, callback, checkpoint)
     target = os.path.abspath(os.fspath(path))
+    _declare_dir_of(session, target)
 
     def write() -> tuple[int, str]:
         write_files()
@@ -173,6 +175,11 @@ def _record_written(
     )
     if saved is not None:
         callback.on_checkpoint_saved(saved)
+
+
+def _declare_dir_of(session: Session, path: Any) -> None:
+    """Declare the folder a checkpoint is saved in, so its record counts as this run's."""
+    session.declare_checkpoint_dir(os.path.dirname(os.path.abspath(os.fspath(path))))
 
 
 _UNKNOWN: Final = object()
@@ -289,6 +296,7 @@ class _TaggingCheckpointIO(RecordingCheckpointIO):
         self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None
     ) -> None:
         _stamp(self.session, self.callback, checkpoint)
+        _declare_dir_of(self.session, path)  # here, not in the worker thread
         self.inner.save_checkpoint(checkpoint, path, storage_options=storage_options)
 
     def remove_checkpoint(self, path: Any) -> None:
@@ -544,6 +552,11 @@ class CkptDashCallback(pl.Callback):
         session = self.session
         if session is None:
             return
+        # ModelCheckpoint has resolved its folder by now (in its own setup).
+        for cb in getattr(trainer, "checkpoint_callbacks", []):
+            dirpath = getattr(cb, "dirpath", None)
+            if dirpath:
+                session.declare_checkpoint_dir(dirpath)
         self._take_signals_over(trainer, session)
         overridden = type(self).on_train_batch_end is not CkptDashCallback.on_train_batch_end
         if session.world_size == 1 and not overridden:

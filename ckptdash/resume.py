@@ -45,7 +45,7 @@ class ResumeChoice:
 def load_state(run_dir: str | os.PathLike[str] | RunDir) -> RunState:
     """Replay a run directory's whole event log into a :class:`RunState`."""
     run = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
-    state = RunState(str(run.root), run.info().run_id)
+    state = RunState(str(run.root), run.info().run_id, confine=True)
     for batch in RunTailer(run).batches():
         state.apply(batch)
     return state
@@ -108,13 +108,15 @@ def choose_resume(
         recorded = find_recorded(state, pin)
         if recorded is None:
             skipped.append((pin, "pinned path is not a checkpoint this run recorded; refused"))
+        elif why := _opened_outside(state, recorded):
+            skipped.append((recorded.path, f"pinned checkpoint is invalid: {why}"))
         elif (problem := check_checkpoint(recorded, validate)) is not None:
             skipped.append((recorded.path, f"pinned checkpoint is invalid: {problem}"))
         else:
             return ResumeChoice(recorded.path, "pinned in the run settings", recorded.step, skipped)
     for info in reversed(state.valid_checkpoints()):
         info, copied = _in_this_copy(run, info, validate)
-        problem = check_checkpoint(info, validate)
+        problem = _opened_outside(state, info) or check_checkpoint(info, validate)
         if problem is None:
             reason = f"newest valid checkpoint (step {info.step}, trigger {info.trigger})"
             if skipped:
@@ -123,6 +125,12 @@ def choose_resume(
         skipped.append((info.path, problem))
     reason = "no valid checkpoint recorded: fresh start"
     return ResumeChoice(None, reason, None, skipped)
+
+
+def _opened_outside(state: RunState, info: CheckpointInfo) -> str:
+    """Why the file a loader would open for ``info`` (a relative path: from this process's
+    working directory) is not where the run keeps checkpoints ("" when it is)."""
+    return state.outside(os.path.abspath(info.path)) if not os.path.isabs(info.path) else ""
 
 
 def resume_path(run_dir: str | os.PathLike[str]) -> str | None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
+import os
 from collections.abc import Iterable
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias, cast
@@ -214,7 +215,7 @@ _CkptEvent: TypeAlias = (
     "ev_.CheckpointStarted | ev_.CheckpointSaved | ev_.CheckpointFailed"
     " | ev_.CheckpointRemoved | ev_.CheckpointInvalid"
 )
-_Reason: TypeAlias = 'Literal["corrupt", "unknown_kind", "invalid"]'
+_Reason: TypeAlias = 'Literal["corrupt", "unknown_kind", "invalid", "oversize"]'
 _CKPT_SLOT: Final = {
     "checkpoint_started": "started",
     "checkpoint_saved": "saved",
@@ -237,11 +238,22 @@ class RunState:
 
     Read the public attributes; change the state only through the ``apply*``
     methods. ``series`` maps an attempt to its thinned (t, step) progress points.
+
+    With ``confine`` (every reader of a real run directory passes it: the resume rule, the
+    watcher, the run guard) a checkpoint counts only where the run keeps them: inside
+    ``root`` or inside a directory the run declared (``checkpoint_dir_declared``, listed in
+    ``checkpoint_dirs``). A record of any other path is ``invalid`` with the reason — never
+    a resume candidate, never pinnable. A state fed by hand (tests, tools) may leave it off.
     """
 
-    def __init__(self, root: str = "", run_id: str = "") -> None:
+    def __init__(self, root: str = "", run_id: str = "", *, confine: bool = False) -> None:
         self.root = root
         self.run_id = run_id
+        self.checkpoint_dirs: list[str] = []
+        """Directories the run declared it saves checkpoints in, sorted (absolute)."""
+        # The run directory as this reader spells it, and with its symbolic links resolved
+        # (a login node may reach the project filesystem through a link).
+        self._roots = sorted({_norm(root), os.path.realpath(root)}) if root and confine else []
         self.attempts: dict[int, AttemptInfo] = {}
         self.checkpoints: dict[str, CheckpointInfo] = {}
         self.replaced = 0
@@ -316,6 +328,22 @@ class RunState:
                 out[n] = points
         return out
 
+    def outside(self, path: str) -> str:
+        """Why ``path`` is not where this run keeps checkpoints ("" when it is, or when the
+        state is not confined to a run directory)."""
+        if not self._roots:
+            return ""
+        # ckptdash records absolute paths; another writer's relative one is read as relative
+        # to the run directory, and may not leave it through "..".
+        where = _norm(os.path.join(self.root, path))
+        for base in (*self._roots, *self.checkpoint_dirs):
+            if where == base or where.startswith(base.rstrip(os.sep) + os.sep):
+                return ""
+        return (
+            f"{path} lies outside the run directory and every checkpoint folder this run"
+            " declared; not this run's checkpoint (a forged or stray record)"
+        )
+
     def attempt_times(self) -> dict[int, AttemptTimes]:
         """Per attempt, the times that badput needs (:class:`~ckptdash.records.AttemptTimes`)."""
         out = {}
@@ -379,6 +407,7 @@ class RunState:
             "attempts": {str(n): asdict(self.attempts[n]) for n in sorted(self.attempts)},
             "series": {str(n): [list(p) for p in pts] for n, pts in self.series.items()},
             "checkpoints": {p: asdict(self.checkpoints[p]) for p in sorted(self.checkpoints)},
+            "checkpoint_dirs": list(self.checkpoint_dirs),
             "replaced": self.replaced,
             "signals": [asdict(x) for x in self.signals],
             "requeues": [asdict(x) for x in self.requeues],
@@ -570,6 +599,12 @@ class RunState:
         self.alert_log.append(rec)
         self._lists_dirty = True
 
+    def _on_dir_declared(self, ev: ev_.CheckpointDirDeclared, k: Key) -> None:
+        where = _norm(ev.path)
+        if where not in self.checkpoint_dirs:
+            bisect.insort(self.checkpoint_dirs, where)
+            self._dirty_checkpoints.update(self._checkpoints)  # some may count now
+
     def _on_signal(self, ev: ev_.SignalReceived, k: Key) -> None:
         self.signals.append(SignalInfo(ev.t, ev.attempt, ev.rank, ev.step, ev.signal, ev.action))
         self._lists_dirty = True
@@ -604,8 +639,10 @@ class RunState:
             c.received = (k, ev)
 
     def _on_command_outcome(self, ev: _Outcome, k: Key) -> None:
+        # The first outcome is the command's: a later one (a replayed file rejected) must not
+        # turn an applied command into a rejected one.
         c = self._command(ev.command_id)
-        if c.outcome is None or k > c.outcome[0]:
+        if c.outcome is None or k < c.outcome[0]:
             c.outcome = (k, ev)
 
     def _command(self, cid: str) -> _Command:
@@ -651,7 +688,10 @@ class RunState:
             self._refresh_progress()
         if self._dirty_checkpoints:
             for path in self._dirty_checkpoints:
-                self.checkpoints[path] = _checkpoint_info(path, self._checkpoints[path])
+                info = _checkpoint_info(path, self._checkpoints[path])
+                if why := self.outside(path):
+                    info.status, info.reason = "invalid", why
+                self.checkpoints[path] = info
             self._dirty_checkpoints.clear()
         if self._dirty_commands:
             for cid in self._dirty_commands:
@@ -752,6 +792,10 @@ class RunState:
         self.progress = p
 
 
+def _norm(path: str) -> str:
+    return os.path.normpath(os.path.abspath(path))
+
+
 def _opt(value: int | None) -> int:
     return -1 if value is None else value
 
@@ -848,6 +892,7 @@ _HANDLERS: Final[dict[str, Any]] = {
     "run_finished": RunState._on_run_ended,
     "run_failed": RunState._on_run_ended,
     **{kind: RunState._on_checkpoint for kind in _CKPT_SLOT},
+    "checkpoint_dir_declared": RunState._on_dir_declared,
     "signal_received": RunState._on_signal,
     "requeue_issued": RunState._on_requeue,
     "requeue_skipped": RunState._on_requeue,

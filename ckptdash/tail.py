@@ -12,6 +12,12 @@ Nothing here raises on bad input: a line that does not decode comes back as a
 file that vanishes between listing and opening (a claimer renamed it) is
 simply looked for again at the next poll.
 
+Hostile input costs little (docs/security.md): a line over :data:`MAX_LINE_BYTES`
+is counted ``oversize`` after one search for its end, never read again; a
+checkpoint record counts only from a file of this run whose name and first line
+agree with it; event files idle for :data:`COLD_AFTER` polls are looked at once
+every :data:`COLD_EVERY` polls.
+
 >>> tailer = RunTailer("runs/exp1")          # doctest: +SKIP
 >>> for batch in tailer.batches():           # a big log, in cache-sized pieces
 ...     state.apply(batch)
@@ -21,14 +27,30 @@ simply looked for again at the next poll.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import re
+import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from itertools import compress
 from pathlib import Path
-from typing import Final, Literal, TypeAlias, cast
+from typing import BinaryIO, Final, Literal, TypeAlias, cast
 
-from ckptdash.control import COMMAND_SUFFIX, is_not_a_command, read_command
+from ckptdash.control import COMMAND_SUFFIX, is_not_a_command, read_command, safe_name
 from ckptdash.errors import MalformedControlFile, RunDirError, UnreadableControlFile
-from ckptdash.events import BadLine, Command, Event, decode_lines
+from ckptdash.events import (
+    BadLine,
+    CheckpointDirDeclared,
+    CheckpointFailed,
+    CheckpointInvalid,
+    CheckpointRemoved,
+    CheckpointSaved,
+    CheckpointStarted,
+    Command,
+    Event,
+    RunResumed,
+    decode_line,
+    decode_lines,
+)
 from ckptdash.rundir import EVENT_SUFFIX, RunDir, find_runs, is_temp_file
 
 Location: TypeAlias = Literal["inbox", "claimed", "done"]
@@ -46,6 +68,40 @@ until the state has consumed them. Measured on a 2-core machine with 2 MiB of
 L2, a 1 MiB read cut into 256 KiB pieces loads about 1.5 M events/s (tail and
 state); 16 MiB pieces load half as fast.
 """
+
+MAX_LINE_BYTES: Final = 1 << 20
+"""A line longer than this (without its newline) is counted as ``oversize`` and skipped unread.
+
+Without a cap one unterminated 200 MB line was read again from its start at every poll. The
+tailer now searches for the end of such a line once, remembering how far it looked, and never
+holds more than one read of it in memory.
+"""
+
+COLD_AFTER: Final = 30
+"""Polls in a row that found an event file unchanged before it counts as *cold*."""
+COLD_EVERY: Final = 16
+"""A cold file is looked at (one ``stat``) every this many polls, or when the caller says it
+changed (:meth:`RunTailer.touch`: the watcher does, from inotify). A folder of 100,000 idle
+event files then costs an idle watcher a few percent of a core instead of a third of one."""
+_LISTING_SETTLED_S: Final = 2.0
+"""An ``events/`` folder whose last change is this much older than our listing has the
+listing reused until it changes again; a more recent change may share its timestamp with a
+file created after we listed, so that listing is not trusted."""
+
+# The records that decide what a checkpoint is: they count only from a file of this run whose
+# name, first line and the record itself agree on run, attempt and rank (see docs/format.md).
+_VOUCHED: Final = frozenset(
+    {
+        CheckpointStarted,
+        CheckpointSaved,
+        CheckpointFailed,
+        CheckpointRemoved,
+        CheckpointInvalid,
+        CheckpointDirDeclared,
+        RunResumed,
+    }
+)
+_NAME_RE: Final = re.compile(r"^A(\d{4,})\.R(\d{4,})\.")
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +147,9 @@ class _Cursor:
     offset: int = 0
     lineno: int = 1  # number of the next line to decode
     ino: int | None = None
+    scanned: int = 0  # bytes after offset searched for a newline: an oversize line being skipped
+    idle: int = 0  # checks in a row that found the file unchanged
+    first: str | None = None  # "" when line 1 agrees with the name and run.json, else why not
 
 
 @dataclass(slots=True)
@@ -123,6 +182,8 @@ class RunTailer:
         self.restarts = 0
         self.caught_up = True
         """False when the last poll stopped at its byte budget (there may be more to read)."""
+        self.looked_at = 0
+        """Event files the last poll looked at (one ``stat`` each): cold files are skipped."""
         self._read_bytes = max(1, read_bytes)
         self._decode_bytes = max(1, decode_bytes)
         self._cursors: dict[str, _Cursor] = {}
@@ -131,6 +192,18 @@ class RunTailer:
         self._budget = -1  # bytes the running poll may still decode; -1: no limit
         self._poll_number = 0  # a generator of an older poll stops instead of re-reading
         self._reported: set[tuple[str, str]] = set()
+        self._run_id: str | None = None  # from run.json, once it exists
+        self._listing: tuple[object, list[str]] | None = None
+        self._touched: set[str] = set()
+        self._events_dir = str(self.run_dir.events)
+        # Cold files are split into COLD_EVERY fixed groups; a poll looks at the hot files and
+        # one group. Rebuilt when the listing or the set of cold files changes.
+        self._cold: set[str] = set()
+        self._schedule: tuple[list[str], list[str], list[list[str]]] | None = None
+
+    def touch(self, names: Iterable[str]) -> None:
+        """Look at these event files (names or paths) at the next poll even if they are cold."""
+        self._touched.update(os.path.basename(n) for n in names)
 
     @property
     def root(self) -> Path:
@@ -185,11 +258,46 @@ class RunTailer:
         names, trouble = self._event_file_names()
         if trouble:
             yield trouble
-        for name in names:
+        if names and self._run_id is None and (problem := self._read_run_id(names)):
+            yield problem
+        touched, self._touched = self._touched, set()
+        self.looked_at = 0
+        for name in self._due(names, number, touched):
             if self._budget == 0:
                 self.caught_up = False
                 return
             yield from self._read_file(name, number)
+
+    def _due(self, names: list[str], number: int, touched: set[str]) -> list[str]:
+        """The files to look at in this poll: every hot one, one group of the cold ones, and
+        the cold ones the caller said changed; in name order."""
+        if not self._cold:
+            return names
+        sched = self._schedule
+        if sched is None or sched[0] is not names:
+            cold = [n for n in names if n in self._cold]
+            hot = [n for n in names if n not in self._cold]
+            groups = [cold[i::COLD_EVERY] for i in range(COLD_EVERY)]
+            sched = self._schedule = (names, hot, groups)
+        _, hot, groups = sched
+        due = [*hot, *groups[number % COLD_EVERY]]
+        due += (n for n in touched if n in self._cold and n not in due)
+        return sorted(due)
+
+    def _read_run_id(self, names: list[str]) -> TailBatch:
+        """The run id that checkpoint records must carry: run.json's; for a log written
+        without one (by another tool), the id on the first line of the first attempt's rank-0
+        file, as :class:`~ckptdash.state.RunState` names such a run."""
+        try:
+            if not self.run_dir.run_file.exists():
+                self._run_id = self._first_run_id(names)
+                return TailBatch()
+            self._run_id = self.run_dir.info().run_id
+        except RunDirError as exc:
+            return self._report("run.json", "read the run id", OSError(str(exc)))
+        except OSError as exc:
+            return self._report("run.json", "read the run id", exc)
+        return TailBatch()
 
     def _report(self, file: str, problem: str, exc: OSError) -> TailBatch:
         """A bad line for an unreadable file or folder, once per (file, problem) until it heals."""
@@ -201,6 +309,10 @@ class RunTailer:
 
     def _event_file_names(self) -> tuple[list[str], TailBatch]:
         try:
+            st = os.stat(self.run_dir.events)
+            key = (st.st_ino, st.st_mtime_ns, st.st_size)
+            if self._listing is not None and self._listing[0] == key:
+                return self._listing[1], TailBatch()
             names = os.listdir(self.run_dir.events)
         except FileNotFoundError:
             return [], TailBatch()
@@ -208,14 +320,18 @@ class RunTailer:
             return [], self._report("events/", "list the folder", exc)
         self._reported.discard(("events/", "list the folder"))
         names = sorted(n for n in names if n.endswith(EVENT_SUFFIX) and not is_temp_file(n))
+        # Reuse this listing until the folder changes, once its last change is long past.
+        settled = time.time() - st.st_mtime > _LISTING_SETTLED_S
+        self._listing = (key, names) if settled else None
         return names, TailBatch()
 
     def _read_file(self, name: str, number: int) -> Iterator[TailBatch]:
         """Decode the complete lines appended to ``name`` since the last read, piece by piece."""
-        path = self.run_dir.events / name
+        path = os.path.join(self._events_dir, name)  # a str: pathlib costs more than stat
         cur = self._cursors.get(name)
         if cur is None:
             cur = self._cursors[name] = _Cursor()
+        self.looked_at += 1
         try:
             st = os.stat(path)
         except FileNotFoundError:
@@ -230,11 +346,21 @@ class RunTailer:
                 " reading it again from the start, so earlier events may count twice"
             )
             self.restarts += 1
-            cur.offset, cur.lineno = 0, 1
+            cur.offset, cur.lineno, cur.scanned, cur.first = 0, 1, 0, None
             yield TailBatch(bad=[BadLine(name, 0, "invalid", detail)])
         cur.ino = st.st_ino
+        if self._sizes.get(name) == st.st_size:
+            cur.idle += 1
+            if cur.idle == COLD_AFTER:
+                self._cold.add(name)
+                self._schedule = None
+        else:
+            cur.idle = 0
+            if name in self._cold:
+                self._cold.discard(name)
+                self._schedule = None
         size = self._sizes[name] = st.st_size
-        if size == cur.offset:
+        if size == cur.offset + cur.scanned:
             return
         try:
             f = open(path, "rb")  # noqa: SIM115 - held across the yields below
@@ -248,29 +374,80 @@ class RunTailer:
         with f:
             # Read only up to the size seen now, so a fast writer cannot keep one poll going.
             while cur.offset < size:
+                if cur.scanned:
+                    if not self._skip_oversize(f, name, cur, size):
+                        return  # its newline has not come yet; searched up to here
+                    yield TailBatch(bad=[self._oversize_line(name, cur)])
+                    continue
                 f.seek(cur.offset)
                 block = f.read(min(self._read_bytes, size - cur.offset))
                 cut = block.rfind(b"\n") + 1
-                while cut == 0 and 0 < len(block) < size - cur.offset:  # a line longer than a read
+                # A line longer than a read: read on, but never past the cap.
+                left = size - cur.offset
+                while cut == 0 and 0 < len(block) <= MAX_LINE_BYTES and len(block) < left:
                     more = f.read(min(self._read_bytes, size - cur.offset - len(block)))
                     if not more:
                         break
                     block += more
                     cut = block.rfind(b"\n") + 1
                 if cut == 0:
+                    if len(block) > MAX_LINE_BYTES:
+                        cur.scanned = len(block)  # skip it, remembering how far we looked
+                        continue
                     return  # only the start of a line so far: it waits for its newline
                 start = 0
+                long = _long_line(block, 0, cut) if cut > MAX_LINE_BYTES else None
                 while start < cut:
                     if number != self._poll_number:
                         return  # a newer poll moved the cursor: this block is stale
                     if self._budget == 0:
                         self.caught_up = False
                         return
-                    end = self._piece_end(block, start, cut)
+                    if long is not None and long[0] == start:
+                        cur.scanned = long[1] - 1 - start  # its newline is at long[1] - 1
+                        yield TailBatch(bad=[self._oversize_line(name, cur)])
+                        start = long[1]
+                        long = _long_line(block, start, cut)
+                        continue
+                    end = self._piece_end(block, start, cut if long is None else long[0])
                     yield self._decode(block[start:end], name, cur)
                     if self._budget > 0:
                         self._budget = max(0, self._budget - (end - start))
                     start = end
+
+    def _skip_oversize(self, f: BinaryIO, name: str, cur: _Cursor, size: int) -> bool:
+        """Search on for the newline that ends an oversize line, from where the last search
+        stopped. True when found: ``cur.scanned`` is then the line's length (the newline is at
+        ``cur.offset + cur.scanned``); False when the line goes on to the end of the file."""
+        pos = cur.offset + cur.scanned
+        f.seek(pos)
+        while pos < size:
+            chunk = f.read(min(self._read_bytes, size - pos))
+            if not chunk:
+                break
+            i = chunk.find(b"\n")
+            if i >= 0:
+                cur.scanned = pos + i - cur.offset  # the line's length, without its newline
+                return True
+            pos += len(chunk)
+        cur.scanned = pos - cur.offset
+        return False
+
+    def _oversize_line(self, name: str, cur: _Cursor) -> BadLine:
+        """Count the oversize line that ends at ``cur.offset + cur.scanned`` and step past it."""
+        length = cur.scanned
+        if cur.lineno == 1:
+            cur.first = "its first line is oversize"
+        bad = BadLine(
+            name,
+            cur.lineno,
+            "oversize",
+            f"{length} bytes, longer than a line may be ({MAX_LINE_BYTES}); skipped unread",
+        )
+        cur.offset += length + 1
+        cur.lineno += 1
+        cur.scanned = 0
+        return bad
 
     def _piece_end(self, block: bytes, start: int, cut: int) -> int:
         """End of the next piece to decode: whole lines, about ``decode_bytes`` long."""
@@ -282,16 +459,83 @@ class RunTailer:
         return end
 
     def _decode(self, piece: bytes, name: str, cur: _Cursor) -> TailBatch:
-        records = decode_lines(piece, file=name, first_lineno=cur.lineno)
+        first_lineno = cur.lineno
+        records = decode_lines(piece, file=name, first_lineno=first_lineno)
         cur.lineno += piece.count(b"\n")
         cur.offset += len(piece)
-        # One C-speed pass over the types; the slower split only when some line was bad.
-        if BadLine not in set(map(type, records)):
+        if cur.first is None and records:
+            cur.first = self._disagreement(name, records[0])
+        # One C-speed pass over the types; the slower paths only for a bad line or a record
+        # that decides what a checkpoint is (rare: a few per thousand lines).
+        types = set(map(type, records))
+        if not types.isdisjoint(_VOUCHED) and any(
+            self._foreign(name, cur, r)  # type: ignore[arg-type]  # only events are vouched
+            for r in compress(records, map(_VOUCHED.__contains__, map(type, records)))
+        ):
+            return self._decode_vouched(piece, name, cur, first_lineno)
+        if BadLine not in types:
             return TailBatch(events=cast("list[Event]", records))
         batch = TailBatch()
         for r in records:
             if isinstance(r, BadLine):
                 batch.bad.append(r)
+            else:
+                batch.events.append(r)
+        return batch
+
+    def _first_run_id(self, names: list[str]) -> str | None:
+        for name in names:
+            m = _NAME_RE.match(name)
+            if m is None or int(m.group(2)) != 0:
+                continue
+            try:
+                with open(os.path.join(self._events_dir, name), "rb") as f:
+                    first = f.readline(MAX_LINE_BYTES + 1)
+            except OSError:
+                return None
+            record = decode_line(first) if first.endswith(b"\n") else None
+            return record.run if isinstance(record, Event) else None
+        return None
+
+    def _disagreement(self, name: str, record: Event | BadLine) -> str:
+        """Why the file's first line does not vouch for the file ("" when it does)."""
+        if isinstance(record, BadLine):
+            return f"its first line is not a valid event ({record.reason})"
+        return self._mismatch(name, record)
+
+    def _mismatch(self, name: str, ev: Event) -> str:
+        m = _NAME_RE.match(name)
+        if m is None:
+            return "its file is not named A<attempt>.R<rank>.…jsonl"
+        run_id = self._run_id if self._run_id is not None else self.run_dir.root.name
+        if ev.run != run_id:
+            return f"run {ev.run!r} is not this run ({run_id!r} in run.json)"
+        if (ev.attempt, ev.rank) != (int(m.group(1)), int(m.group(2))):
+            return (
+                f"attempt {ev.attempt} rank {ev.rank} in a file named for attempt"
+                f" {int(m.group(1))} rank {int(m.group(2))}"
+            )
+        return ""
+
+    def _foreign(self, name: str, cur: _Cursor, ev: Event) -> str:
+        """Why a checkpoint record does not belong to this run ("" when it does)."""
+        why = self._mismatch(name, ev)
+        if not why and cur.first:
+            why = f"its file does not belong to this run: {cur.first}"
+        return why
+
+    def _decode_vouched(self, piece: bytes, name: str, cur: _Cursor, lineno: int) -> TailBatch:
+        """Decode ``piece`` line by line, reporting each foreign checkpoint record as invalid."""
+        batch = TailBatch()
+        for offset, line in enumerate(piece.split(b"\n")):
+            if not line.strip():
+                continue
+            r = decode_line(line, name, lineno + offset)
+            if isinstance(r, BadLine):
+                batch.bad.append(r)
+            elif type(r) in _VOUCHED and (why := self._foreign(name, cur, r)):
+                detail = f"{r.KIND} not counted: {why}"
+                batch.bad.append(BadLine(name, lineno + offset, "invalid", detail))
             else:
                 batch.events.append(r)
         return batch
@@ -315,7 +559,7 @@ class RunTailer:
                 if is_not_a_command(name):
                     continue
                 # A file moving while we list can show up twice; moves only go forward.
-                seen[name.removesuffix(COMMAND_SUFFIX) or name] = (index, name)
+                seen[safe_name(name.removesuffix(COMMAND_SUFFIX) or name)] = (index, name)
         for cid in sorted(seen):
             index, name = seen[cid]
             known = self._commands.get(cid)
@@ -355,12 +599,26 @@ def _read_command(path: Path, location: Location) -> _Known:
         command = read_command(path)
         error, unreadable = None, False
     except MalformedControlFile as exc:
-        command, error, unreadable = None, str(exc), isinstance(exc, UnreadableControlFile)
+        command, unreadable = None, isinstance(exc, UnreadableControlFile)
+        error = safe_name(str(exc))
     try:
         mtime = os.stat(path).st_mtime
     except OSError:
         mtime = 0.0
     return _Known(location, command, error, mtime, unreadable)
+
+
+def _long_line(block: bytes, start: int, cut: int) -> tuple[int, int] | None:
+    """The first line of ``block[start:cut]`` (whole lines) longer than MAX_LINE_BYTES, as
+    (its start, the end of its newline), or None. Jumps a cap's width at a time, so a block
+    of short lines costs a few ``rfind`` calls, not one per line."""
+    pos = start
+    while cut - pos > MAX_LINE_BYTES:
+        nl = block.rfind(b"\n", pos, pos + MAX_LINE_BYTES + 1)
+        if nl < 0:
+            return pos, block.find(b"\n", pos) + 1
+        pos = nl + 1
+    return None
 
 
 class FolderTailer:

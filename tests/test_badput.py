@@ -50,8 +50,10 @@ def save(t: float, step: int, duration: float, attempt: int = 0, **f: Any) -> di
 
 
 def write_run(root: Path, lines: list[dict[str, Any]]) -> Path:
-    """One JSONL file per (attempt, rank), named as the format says."""
+    """One JSONL file per (attempt, rank), named as the format says; the run declared its
+    /ck folder, so its checkpoints there count (docs/format.md, *Which records count*)."""
     (root / "events").mkdir(parents=True)
+    lines = [line("checkpoint_dir_declared", 0, 0, step=None, path="/ck"), *lines]
     for key in sorted({(x["attempt"], x["rank"]) for x in lines}):
         name = root / "events" / f"A{key[0]:04d}.R{key[1]:04d}.n{key[0]}.1.jsonl"
         name.write_text(

@@ -117,18 +117,25 @@ def test_issue_without_a_login_name_still_names_an_author(
 
 
 def test_issue_without_expiry(run: RunDir) -> None:
-    """ttl_s=None gives a command that never expires."""
+    """ttl_s=None gives a command without expires_at; it still expires MAX_TTL_S after it
+    was issued (a stale click never fires days later), not before."""
     cmd = issue(run, "save_now", ttl_s=None, now=5.0)
     assert cmd.expires_at is None
-    assert claim(run, now=1e12)[0].expired is False
+    assert control.expired(cmd, 5.0 + control.MAX_TTL_S) is False
+    assert claim(run, now=5.0 + control.MAX_TTL_S + 1)[0].expired is True
 
 
 def test_issue_ids_are_unique_and_sort_by_time(run: RunDir) -> None:
-    """Ids sort in the order the commands were issued, so claim() takes the oldest first."""
+    """Ids sort in the order the commands were issued, so claim() takes the oldest first
+    (CLAIM_BATCH per call)."""
     ids = [issue(run, "save_now", now=1000.0 + i * 0.001).id for i in range(50)]
     assert len(set(ids)) == 50
     assert pending(run) == ids
-    assert [c.id for c in claim(run)] == ids
+    taken: list[str] = []
+    while batch := claim(run):
+        assert len(batch) <= control.CLAIM_BATCH
+        taken += [c.id for c in batch]
+    assert taken == ids
 
 
 def test_issue_never_replaces_an_existing_file(

@@ -28,6 +28,8 @@ REQUIRED: dict[str, dict[str, object]] = {
     "checkpoint_failed": {"path": "c/a.ckpt", "trigger": "manual", "error": "disk full"},
     "checkpoint_removed": {"path": "c/a.ckpt", "reason": "rotation"},
     "checkpoint_invalid": {"path": "c/a.ckpt", "reason": "size 3 != 10"},
+    "checkpoint_dir_declared": {"path": "/scratch/ckpt"},
+    "control_failed": {"reason": "done/ is not writable", "command_id": "c1"},
     "signal_received": {"signal": "SIGUSR2", "action": "requeue"},
     "requeue_issued": {"job_id": "12", "command": "scontrol requeue 12"},
     "requeue_skipped": {"reason": "suspended"},

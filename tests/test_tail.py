@@ -52,6 +52,8 @@ SAMPLES: dict[str, dict[str, Any]] = {
     "checkpoint_failed": {"path": "c/x.ckpt", "trigger": "exception", "error": "disk full"},
     "checkpoint_removed": {"path": "c/x.ckpt", "reason": "rotation"},
     "checkpoint_invalid": {"path": "c/x.ckpt", "reason": "size 3 != 10"},
+    "checkpoint_dir_declared": {"path": "/scratch/ckpt"},
+    "control_failed": {"reason": "done/ is not writable", "command_id": "c1"},
     "signal_received": {"signal": "SIGUSR2", "action": "save_requeue"},
     "requeue_issued": {"job_id": "4242", "command": "scontrol requeue 4242"},
     "requeue_skipped": {"reason": "requeue suspended"},

@@ -42,6 +42,7 @@ _CKPT_KINDS: Final = (
     "checkpoint_failed",
     "checkpoint_removed",
     "checkpoint_invalid",
+    "checkpoint_dir_declared",  # a checkpoint outside the run directory may count from now on
 )
 _COMMAND_KINDS: Final = (
     "command_received",

@@ -271,8 +271,17 @@ class RunWatcher:
             self._wake.clear()
             with self._lock:
                 dirty, self._dirty = self._dirty, set()
+            self._touch(dirty)
             full = not dirty or time.monotonic() - last_full >= self.refresh_s
             roots = None if full else self._roots_of(dirty)
+
+    def _touch(self, paths: set[str]) -> None:
+        """Tell the tailers which event files inotify saw change: a cold one is read now."""
+        for p in paths:
+            folder = os.path.dirname(p)
+            run = self._runs.get(os.path.dirname(folder))
+            if run is not None and os.path.basename(folder) == EVENTS_DIR:
+                run.tailer.touch([p])
 
     def _roots_of(self, paths: set[str]) -> set[str] | None:
         """The runs these changed paths belong to; None (poll all) for a path outside any run."""
@@ -339,7 +348,7 @@ class RunWatcher:
                 except RunDirError:
                     run_id = ""
                 self._runs[root] = _Run(
-                    rd, RunTailer(rd), RunState(root, run_id), SnapshotBuilder(root)
+                    rd, RunTailer(rd), RunState(root, run_id, confine=True), SnapshotBuilder(root)
                 )
 
     def _watch_run(self, run: _Run) -> None:

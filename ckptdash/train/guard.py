@@ -81,7 +81,7 @@ class LogView:
 
     @classmethod
     def load(cls, run: RunDir) -> LogView:
-        view = cls(run, RunState(str(run.root), run.info().run_id), RunTailer(run))
+        view = cls(run, RunState(str(run.root), run.info().run_id, confine=True), RunTailer(run))
         for batch in view.tailer.batches():
             view._apply(batch.events)
             view.state.apply(batch)

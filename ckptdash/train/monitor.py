@@ -76,10 +76,14 @@ class Monitor:
             self._resume = self.session.choose_resume()
         return self._resume
 
-    def load(self, map_location: Any = "cpu", weights_only: bool = False) -> Any:
+    def load(self, map_location: Any = "cpu", weights_only: bool = True) -> Any:
         """Load the checkpoint the resume rule chose and record it; None on a fresh start.
 
-        A file is loaded with ``torch.load``. A directory checkpoint (saved through
+        A file is loaded with ``torch.load``. ``weights_only=True`` (the default) lets it
+        rebuild only tensors, numbers, strings and containers: a checkpoint file someone
+        swapped for a malicious pickle cannot run code. Pass ``weights_only=False`` only for
+        files you trust that hold other objects (it unpickles arbitrary classes).
+        A directory checkpoint (saved through
         :meth:`saving` or recorded with :meth:`record`) is returned as its
         :class:`~pathlib.Path`, already validated file by file, for the framework's own
         loader: ``dcp.load(state, checkpoint_id=monitor.load())``.
@@ -149,6 +153,7 @@ class Monitor:
             state = {**state, META_KEY: session.metadata(trig)}
         saved = None
         if session.rank == 0 or all_ranks:
+            self.declare_checkpoint_dir(os.path.dirname(os.path.abspath(target)))
             try:
                 saved = save_atomic(
                     session.writer if session.rank == 0 else None,

@@ -87,16 +87,17 @@ def recover(session: Session, view: LogView, started_at: float) -> None:
                 command=orphan.command_name,
                 reason="claimed by an attempt that ended before answering it",
             )
-        control.complete(session.run, orphan)
+        session.complete_command(orphan)
 
-    targets = {os.path.abspath(p) for p in view.checkpoints}
+    # Only where this run keeps checkpoints: a stray record must not make us delete elsewhere.
+    targets = {os.path.abspath(p) for p in view.checkpoints if not view.state.outside(p)}
     removed = remove_temp_files({Path(p).parent for p in targets}, targets, before=started_at)
     by_target: dict[str, list[TempFile]] = {}
     for tmp in removed:
         by_target.setdefault(os.path.abspath(tmp.target), []).append(tmp)
 
     for path, ev in sorted(view.checkpoints.items()):
-        if not isinstance(ev, CheckpointStarted) or ev.t >= started_at:
+        if not isinstance(ev, CheckpointStarted) or ev.t >= started_at or view.state.outside(path):
             continue
         temps = by_target.pop(os.path.abspath(path), [])
         error = (

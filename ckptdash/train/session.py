@@ -36,12 +36,14 @@ from ckptdash import control
 from ckptdash.errors import CheckpointChoiceError, CkptDashError
 from ckptdash.events import (
     AnomalyDetected,
+    CheckpointDirDeclared,
     CheckpointInvalid,
     CheckpointSaved,
     CommandApplied,
     CommandExpired,
     CommandReceived,
     CommandRejected,
+    ControlFailed,
     ExceptionRaised,
     Heartbeat,
     RequeueIssued,
@@ -56,6 +58,7 @@ from ckptdash.events import (
 )
 from ckptdash.resume import ResumeChoice, choose_resume, judge_given
 from ckptdash.rundir import RunDir
+from ckptdash.tail import MAX_LINE_BYTES
 from ckptdash.train import anomaly, dist
 from ckptdash.train.config import ConfigError, SignalAction, TrainConfig
 from ckptdash.train.guard import RunGuard
@@ -85,7 +88,7 @@ def _attempt_jobs(files: list[Path]) -> dict[int, str | None]:
             continue
         try:
             with open(path, "rb") as f:
-                first = f.readline()
+                first = f.readline(MAX_LINE_BYTES + 1)  # a hostile first line is not read whole
         except OSError:
             continue
         for event in decode_lines(first, str(path)) if first.endswith(b"\n") else ():
@@ -174,6 +177,11 @@ class Session:
         self._started = False
         self._closed = False
         self._pulser: Pulser | None = None
+        self._declared: set[str] = set()
+        # Command ids this run has received in any attempt: a file copied back into the
+        # inbox after done/ is rejected, never applied twice.
+        self._seen_commands: set[str] = set()
+        self._control_failures: set[tuple[str, str | None]] = set()
 
     # --- identity ------------------------------------------------------------------------
 
@@ -236,7 +244,13 @@ class Session:
             )
         run_guard.confirm(started)
         if self.rank == 0 and started is not None and run_guard.view is not None:
+            self._seen_commands = {
+                cid
+                for cid, c in run_guard.view.state.commands.items()
+                if c.received_at is not None or c.resolved_at is not None or c.location == "claimed"
+            }
             recover(self, run_guard.view, started.t)  # orphaned commands, interrupted saves
+            self.declare_checkpoint_dir(self.config.checkpoint_path)
         if install_signals:
             self.signals.install()
             self.announce_signals()
@@ -301,6 +315,39 @@ class Session:
         limit = f", at most {budget} attempts" if budget is not None else ""
         return f"by ckptdash ({self.scheduler.name} job {self.scheduler.job_id}{limit})"
 
+    def declare_checkpoint_dir(self, path: str | os.PathLike[str]) -> None:
+        """Record that this run saves checkpoints in the directory ``path`` (rank 0; once per
+        directory per attempt). Only checkpoints inside the run directory or a declared
+        directory count as this run's: a record naming any other file is reported invalid,
+        never resumed from or pinned. Call it when a framework's checkpoint folder becomes
+        known (ckptdash declares ``TrainConfig.checkpoint_path`` at start and the folder of
+        every save it records)."""
+        if self.rank != 0:
+            return
+        where = os.path.abspath(os.fspath(path))
+        if where in self._declared:
+            return
+        self.writer.emit(CheckpointDirDeclared, step=self.step, path=where)
+        self._declared.add(where)
+
+    def complete_command(self, claimed: control.Claimed) -> None:
+        """Move an answered command to ``done/``; a failure is an event, never the end of
+        training (the outcome is already in the log, so the command is not applied again)."""
+        try:
+            control.complete(self.run, claimed)
+        except (CkptDashError, OSError) as exc:
+            self._control_failed(str(exc), claimed.id)
+
+    def _control_failed(self, reason: str, command_id: str | None = None) -> None:
+        """Report a control-channel failure: an event, and a warning for whoever reads stderr
+        (once per reason and command in this attempt, however often it repeats)."""
+        reason = control.safe_name(reason)
+        if (reason, command_id) in self._control_failures:
+            return
+        self._control_failures.add((reason, command_id))
+        warnings.warn(f"ckptdash: {reason}", RuntimeWarning, stacklevel=3)
+        self.writer.emit(ControlFailed, step=self.step, reason=reason, command_id=command_id)
+
     def choose_resume(self) -> ResumeChoice:
         """Apply the resume rule on rank 0, tell every rank, and record the choice and skips."""
         choice = None
@@ -335,11 +382,6 @@ class Session:
             anomaly.clear_used_rollback_pin(self.run, path)
             if step is not None:  # what was saved before is the healthy reference for now
                 self._anomalies.healthy_step = step
-
-    def declare_checkpoint_dir(self, path: str | os.PathLike[str]) -> None:
-        """Declare a folder outside the run directory where this run's checkpoints live
-        (a framework's output dir), so that checkpoint records there count."""
-        pass
 
     def close(self, reason: str = "completed", error: BaseException | None = None) -> None:
         """End the attempt: answer unapplied commands, restore handlers, record the outcome."""
@@ -490,12 +532,22 @@ class Session:
 
     def _take_commands(self) -> None:
         try:
-            claimed_now = control.claim(self.run)
+            # A file that cannot be claimed stays pending: an event says so, once.
+            claimed_now = control.claim(self.run, on_problem=self._control_failed)
         except (CkptDashError, OSError) as exc:
-            # The inbox being unusable must not end training; say so once per poll.
-            warnings.warn(f"ckptdash: cannot take commands: {exc}", RuntimeWarning, stacklevel=2)
+            # The inbox being unusable must not end training: an event says why.
+            self._control_failed(f"cannot take commands: {exc}")
             return
         for claimed in claimed_now:
+            if claimed.id in self._seen_commands:
+                self._answer(
+                    claimed,
+                    CommandRejected,
+                    reason=f"replayed: command {claimed.id} was already received in this run;"
+                    " a command is applied at most once (issue a new one)",
+                )
+                continue
+            self._seen_commands.add(claimed.id)
             self.writer.emit(
                 CommandReceived, step=self.step, command_id=claimed.id, command=claimed.command_name
             )
@@ -625,7 +677,7 @@ class Session:
         self.writer.emit(
             kind, step=self.step, command_id=claimed.id, command=claimed.command_name, **fields
         )
-        control.complete(self.run, claimed)
+        self.complete_command(claimed)
 
 
 def _numeric(metrics: Mapping[str, Any] | None) -> dict[str, float]:

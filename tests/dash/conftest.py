@@ -136,6 +136,8 @@ def make_run(tmp_path: Path) -> Callable[..., Path]:
     def make(name: str = "exp1", evs: list[Event] | None = None) -> Path:
         root = tmp_path / name
         evs = preempted_run() if evs is None else evs
+        root.mkdir(parents=True, exist_ok=True)  # the events' run id, as the job's run.json says
+        (root / "run.json").write_bytes(b'{"v":1,"run_id":"r1","created_at":0}\n')
         for attempt in sorted({e.attempt for e in evs}):
             with EventWriter(root, attempt=attempt, host=f"n{attempt}") as w:
                 for e in evs:

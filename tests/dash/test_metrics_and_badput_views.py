@@ -139,7 +139,8 @@ def test_choosing_on_the_plot_pins_through_the_controls(
     make_run: Callable[..., Path], hub: WatcherHub, wait_until: WaitUntil
 ) -> None:
     """A tap at a step chooses a checkpoint; the plot's button writes it as the resume pin."""
-    root = make_run(evs=losses())
+    # The run declared its /ck folder: its checkpoints there count (docs/format.md).
+    root = make_run(evs=[*losses(), ev(events.CheckpointDirDeclared, 0, path="/ck")])
     d = Dashboard(root, options=DashOptions(watch="inotify"), hub=hub)
     try:
         wait_until(lambda: d.metrics.select.value == "loss", what="the metrics plot")

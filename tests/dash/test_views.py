@@ -29,8 +29,8 @@ WaitUntil = Callable[..., None]
 def dash(
     make_run: Callable[..., Path], hub: WatcherHub, wait_until: WaitUntil
 ) -> Iterator[Dashboard]:
-    """A dashboard (no server) on the preempted run, loaded."""
-    root = make_run()
+    """A dashboard (no server) on the preempted run, loaded; the run declared its /ck folder."""
+    root = make_run(evs=[*preempted_run(), ev(events.CheckpointDirDeclared, 0.5, path="/ck")])
     d = Dashboard(root, options=DashOptions(watch="inotify"), hub=hub)
     wait_until(lambda: len(d.table.table.value) > 0, what="the first load")
     with d.holding_updates():
@@ -55,7 +55,7 @@ def test_header_shows_state_job_attempt_progress_and_resume(dash: Dashboard) -> 
     # The events are from 2025: the attempt that never said it ended is shown as stale.
     for text in ("stale", "slurm 77", "n2", "450", "1,000", "auto-requeue", "next attempt"):
         assert text in html, text
-    assert "16 events" in html
+    assert "17 events" in html
 
 
 def test_table_lists_checkpoints_newest_first(dash: Dashboard) -> None:
@@ -143,6 +143,7 @@ def test_pin_only_a_recorded_valid_checkpoint(
     root = make_run(
         evs=[
             ev(events.RunStarted, 0),
+            ev(events.CheckpointDirDeclared, 1, path=str(ckpt)),
             saved(10, str(ckpt / "a.ckpt"), 10),
             saved(20, str(ckpt / "b.ckpt"), 20),
         ]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -231,6 +232,7 @@ def test_tailing_in_pieces_reads_only_whole_lines(
     FUZZED["RunTailer (pieces)"] += 1
     run = RunDir(tmp_path_factory.mktemp("tail"))
     run.events.mkdir()
+    run.run_file.write_bytes(b'{"v":1,"run_id":"r","created_at":0}')  # the samples' run id
     path = run.events / "A0000.R0000.h.1.jsonl"
     tailer = RunTailer(run, read_bytes=read_bytes, decode_bytes=decode_bytes)
     got: list[Event | BadLine] = []
@@ -245,10 +247,29 @@ def test_tailing_in_pieces_reads_only_whole_lines(
             whole = buf[: buf.rfind(b"\n", 0, min(pos, len(buf))) + 1]
             assert sum(1 for _ in got) == _records_per_line(whole)
     complete = buf[: buf.rfind(b"\n") + 1]
-    want = decode_lines(complete, file=path.name)
+    want = _vouched(decode_lines(complete, file=path.name), complete)
     key = lambda r: (0, encode(r)) if isinstance(r, Event) else (1, r.line, r.reason)  # noqa: E731
     assert sorted(map(key, got)) == sorted(map(key, want))
     assert tailer.pending_bytes.get(path.name, 0) == len(buf) - len(complete)
+
+
+def _vouched(records: list[Event | BadLine], complete: bytes) -> list[Event | BadLine]:
+    """What a reader keeps of ``records`` (from a file named for attempt 0, rank 0 of run
+    "r"): a checkpoint record counts only when it and the file's first line carry those."""
+    numbered = [i + 1 for i, line in enumerate(complete.split(b"\n")) if line.strip()]
+    first = records[0] if records else None
+
+    def ours(r: Event | BadLine | None) -> bool:
+        return isinstance(r, Event) and (r.run, r.attempt, r.rank) == ("r", 0, 0)
+
+    out: list[Event | BadLine] = []
+    for lineno, r in zip(numbered, records, strict=True):
+        vouched = type(r).__name__.startswith(("Checkpoint", "RunResumed"))
+        if isinstance(r, Event) and vouched and not (ours(r) and ours(first)):
+            out.append(BadLine("", lineno, "invalid", ""))
+            continue
+        out.append(r)
+    return out
 
 
 # --- commands --------------------------------------------------------------------------------
@@ -322,7 +343,8 @@ def test_every_bad_command_is_claimed_and_rejected_with_a_reason(
         state["n"] += 1
         name = f"{state['n']:06d}{name}"  # unique across examples
         if roll == 0:  # a well-formed command now and then, named after its id
-            cmd = SaveNow(id=f"{state['n']:06d}ok", t=1.0, author="ana", host="login1")
+            # Issued now: a command more than a day old expires (control.MAX_TTL_S).
+            cmd = SaveNow(id=f"{state['n']:06d}ok", t=time.time(), author="ana", host="login1")
             data, name, kind = encode_command(cmd), f"{cmd.id}.json", "file"
         path = rd.inbox / name
         if kind == "symlink":
@@ -342,7 +364,7 @@ def test_every_bad_command_is_claimed_and_rejected_with_a_reason(
         if decision is not None:
             session.after_save(None, str(run / "checkpoints" / "x.ckpt"))
         events = tailer.poll().events
-        cid = name.removesuffix(".json") or name
+        cid = control.safe_name(name.removesuffix(".json") or name)
         received = [e for e in events if isinstance(e, CommandReceived) and e.command_id == cid]
         outcomes = [
             e
@@ -353,7 +375,7 @@ def test_every_bad_command_is_claimed_and_rejected_with_a_reason(
         out = outcomes[0]
         if isinstance(out, CommandRejected):
             counts["rejected"] += 1
-            assert out.reason and name in out.reason
+            assert out.reason and control.safe_name(name) in out.reason
         else:
             counts["applied"] += 1
             assert kind == "file" and roll == 0

@@ -60,6 +60,7 @@ def write_hostile_run(parent: Path) -> Path:
         emit(ev.CheckpointFailed, step=11, path=p(), trigger="manual", error=p())
         emit(ev.CheckpointRemoved, step=11, path=p(), reason=p())
         emit(ev.CheckpointInvalid, step=11, path=p(), reason=p())
+        emit(ev.CheckpointDirDeclared, step=11, path=p())
         emit(ev.SignalReceived, step=12, signal=p(), action=p())
         emit(ev.RequeueIssued, step=12, job_id=p(), command=p())
         emit(ev.RequeueSkipped, step=12, reason=p())
@@ -68,6 +69,7 @@ def write_hostile_run(parent: Path) -> Path:
         emit(ev.CommandApplied, step=12, command_id="c1", command=p(), detail=p())
         emit(ev.CommandRejected, step=12, command_id="c2", command=p(), reason=p())
         emit(ev.CommandExpired, step=12, command_id="c3", command=p(), reason=p())
+        emit(ev.ControlFailed, step=12, reason=p(), command_id=p())
         emit(ev.ExceptionRaised, step=13, error_type=p(), message=p(), traceback=p())
         emit(ev.RunFailed, step=13, error=p())
     with EventWriter(root, attempt=1, host=p()) as w:
