@@ -131,6 +131,7 @@ def drive_time_limit(s: Scenario) -> dict[str, Any]:
         "reports": [job.report(a, 0) for a in range(3)],
         "events": read_events(run),
         "status": s.status(run),
+        "log": job.log_tail(80),
     }
 
 
@@ -143,8 +144,13 @@ def test_time_limit_signal_saves_and_requeues_before_the_kill_twice_then_complet
     no TIMEOUT); the third attempt resumes from the second's signal checkpoint and completes."""
     r = scenarios.result(drive_time_limit, timeout=500)
     events, status = r["events"], r["status"]
-    assert r["fields"]["JobState"] == "COMPLETED"
-    assert r["fields"]["Restarts"] == "2"
+    why = (
+        f"scontrol: {r['fields']}\noutcomes: "
+        f"{[(n, a['outcome'], a['end_reason']) for n, a in status['attempts'].items()]}"
+        f"\njob output:\n{r['log']}"
+    )
+    assert r["fields"]["JobState"] == "COMPLETED", why
+    assert r["fields"]["Restarts"] == "2", why
     for attempt in (0, 1):
         sig = first(events, "signal_received", attempt)
         assert sig.signal == "SIGUSR2"  # the attempt's first signal: no time-limit SIGTERM yet
