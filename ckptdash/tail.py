@@ -38,13 +38,8 @@ from typing import BinaryIO, Final, Literal, TypeAlias, cast
 from ckptdash.control import COMMAND_SUFFIX, is_not_a_command, read_command, safe_name
 from ckptdash.errors import MalformedControlFile, RunDirError, UnreadableControlFile
 from ckptdash.events import (
+    CHECKPOINT_EVENTS,
     BadLine,
-    CheckpointDirDeclared,
-    CheckpointFailed,
-    CheckpointInvalid,
-    CheckpointRemoved,
-    CheckpointSaved,
-    CheckpointStarted,
     Command,
     Event,
     RunResumed,
@@ -90,17 +85,7 @@ file created after we listed, so that listing is not trusted."""
 
 # The records that decide what a checkpoint is: they count only from a file of this run whose
 # name, first line and the record itself agree on run, attempt and rank (see docs/format.md).
-_VOUCHED: Final = frozenset(
-    {
-        CheckpointStarted,
-        CheckpointSaved,
-        CheckpointFailed,
-        CheckpointRemoved,
-        CheckpointInvalid,
-        CheckpointDirDeclared,
-        RunResumed,
-    }
-)
+_VOUCHED: Final = frozenset({*CHECKPOINT_EVENTS, RunResumed})
 _NAME_RE: Final = re.compile(r"^A(\d{4,})\.R(\d{4,})\.")
 
 
