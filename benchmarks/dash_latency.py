@@ -31,8 +31,8 @@ from ingest import make_run
 from timing import Row
 
 from ckptdash import events
-from ckptdash.dash.sample import write_sample_run
-from ckptdash.dash.testing import (
+from ckptdash._dev.sample import write_sample_run
+from ckptdash._dev.testing import (
     HOW_TO_GET_CHROMIUM,
     ServeProcess,
     chromium_path,

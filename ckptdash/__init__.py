@@ -1,35 +1,64 @@
 """ckptdash: see and steer checkpoints, preemption signals and requeues of PyTorch training.
 
-The Lightning callback lives in :mod:`ckptdash.lightning` so that importing
-ckptdash never imports Lightning; :func:`dashboard` is imported on first use
-so that importing ckptdash never imports Panel.
+The supported modules (what the README and docs/ use; everything else is internal and may
+move between releases):
+
+* ``ckptdash`` — this package: :class:`Monitor` for a plain loop, :class:`TrainConfig`,
+  the resume rule (:func:`resume_path`, :func:`choose_resume`), :func:`goodput`,
+  :func:`dashboard` and the exceptions (all of :mod:`ckptdash.errors` derive from
+  :class:`CkptDashError`).
+* ``ckptdash.lightning``, ``ckptdash.hf``, ``ckptdash.accelerate``, ``ckptdash.dcp``,
+  ``ckptdash.submitit`` — one module per framework; each imports its framework, so each
+  loads only when first named (``ckptdash.hf.CkptDashCallback``).
+* ``ckptdash.dash`` — the dashboard (Panel), for notebooks and ``panel serve``.
+* ``ckptdash.events`` — for readers and writers of the run-directory format
+  (docs/format.md): every record, and the lenient reader.
+
+:func:`dashboard` is imported on first use so that importing ckptdash never imports Panel.
+
+Not in ``__all__``, though importable here as before: ``RunDir`` and ``atomic_write``
+(home :mod:`ckptdash.rundir`) and ``EventWriter`` (home :mod:`ckptdash.writer`). Every
+public function takes the run directory as a path, so ``RunDir`` is a layout helper; a file
+saved with ``atomic_write`` is durable but recorded nowhere (no ``checkpoint_saved``, so the
+dashboard and the resume rule never see it: save through :meth:`Monitor.saving`); and the
+events of a run are written by its :class:`Monitor` or framework callback, one writer per
+rank, so a second ``EventWriter`` from user code would only compete with it.
 """
 
 import importlib
 from typing import TYPE_CHECKING, Any
 
 from ckptdash.badput import RunGoodput, goodput
-from ckptdash.errors import CkptDashError, EventValidationError, RunDirError
+from ckptdash.errors import (
+    CheckpointChoiceError,
+    CkptDashError,
+    EventValidationError,
+    RunDirError,
+    SaveError,
+)
 from ckptdash.resume import ResumeChoice, choose_resume, resume_path
-from ckptdash.rundir import RunDir, atomic_write
-from ckptdash.train.config import TrainConfig
+
+# The `X as X` imports stay importable here as before, outside __all__ (see the docstring).
+from ckptdash.rundir import RunDir as RunDir
+from ckptdash.rundir import atomic_write as atomic_write
+from ckptdash.train.config import ConfigError, TrainConfig
 from ckptdash.train.monitor import Monitor
-from ckptdash.writer import EventWriter
+from ckptdash.writer import EventWriter as EventWriter
 
 if TYPE_CHECKING:
     from ckptdash.dash.app import dashboard
 
 __all__ = [
+    "CheckpointChoiceError",
     "CkptDashError",
+    "ConfigError",
     "EventValidationError",
-    "EventWriter",
     "Monitor",
     "ResumeChoice",
-    "RunDir",
     "RunDirError",
     "RunGoodput",
+    "SaveError",
     "TrainConfig",
-    "atomic_write",
     "choose_resume",
     "dashboard",
     "goodput",

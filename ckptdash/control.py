@@ -36,77 +36,83 @@ cache), so a click just before a preemption signal still counts.
 
 from __future__ import annotations
 
-import contextlib
-import enum
-import errno
-import getpass
 import math
 import os
 import re
 import secrets
 import socket
-import stat
-import sys
-import threading
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, TypeAlias
+from typing import Final
 
-import msgspec
-
-from ckptdash.errors import (
-    ControlError,
-    MalformedControlFile,
-    RunDirError,
-    UnreadableControlFile,
+from ckptdash.control_files import (
+    FILE_MODE,
+    MAX_CONTROL_FILE_BYTES,
+    PathArg,
+    default_author,
+    existing_run,
+    make_dirs,
+    read_small,
+    run_of,
+    user_at_host,
 )
+from ckptdash.errors import ControlError, MalformedControlFile
 from ckptdash.events import (
     COMMAND_TYPES,
     COMMANDS,
     Command,
-    Settings,
     decode_command,
-    decode_settings,
     encode_command,
-    encode_settings,
 )
-from ckptdash.rundir import RunDir, atomic_write, create_exclusive, fsync_dir, is_temp_file
+from ckptdash.rundir import create_exclusive, fsync_dir, is_temp_file
+from ckptdash.settings import SETTINGS_LOCK, UNSET, read_settings, update_settings
 
-if sys.platform != "win32":
-    import fcntl
+# The settings and the files' limits live in their own modules; this one is the channel's
+# public face (docs/format.md names it for commands and settings), so it re-exports them.
+__all__ = [
+    "CLAIM_BATCH",
+    "COMMAND_SUFFIX",
+    "DEFAULT_TTL_S",
+    "FILE_MODE",
+    "MAX_CONTROL_FILE_BYTES",
+    "MAX_TTL_S",
+    "SETTINGS_LOCK",
+    "UNSET",
+    "Claimed",
+    "MalformedControlFile",
+    "PathArg",
+    "claim",
+    "complete",
+    "expired",
+    "is_not_a_command",
+    "issue",
+    "orphans",
+    "pending",
+    "read_command",
+    "read_settings",
+    "safe_name",
+    "update_settings",
+    "user_at_host",
+]
 
 COMMAND_SUFFIX: Final = ".json"
-SETTINGS_LOCK: Final = "control/settings.lock"
-MAX_CONTROL_FILE_BYTES: Final = 64 * 1024
-"""A command or settings file larger than this is malformed; it is rejected without being read."""
 
 DEFAULT_TTL_S: Final = 600.0
+"""How long a command from the CLI or the dashboard waits to be applied, by default."""
 MAX_TTL_S: Final = 86400.0
 """The longest any command waits: one issued without expiry (``expires_at: null``) or with a
 later one expires this long after its issue time, so a stale click cannot fire days later."""
 CLAIM_BATCH: Final = 16
 """Most inbox files one :func:`claim` takes; the rest wait for the next check. Each costs a
 rename and two fsync'ed events, so 2,000 junk files would otherwise stall one step for seconds."""
-FILE_MODE: Final = 0o600  # commands and settings say who did what: owner-only
 
 _ID_RE: Final = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")  # the pattern of Command.id
 _HOW_TO_ISSUE: Final = "create commands with `ckptdash save` / `ckptdash stop` (or control.issue())"
 # NFS "silly-renames" a file that is deleted while open to .nfsXXXX; it is not ours to claim.
 _NFS_SILLY_PREFIX: Final = ".nfs"
-_HOW_TO_FIX_SETTINGS: Final = "remove it and set the settings again (control.update_settings())"
-
-
-class _Unset(enum.Enum):
-    UNSET = enum.auto()
-
-
-UNSET: Final = _Unset.UNSET
-"""Default of :func:`update_settings` arguments: leave that setting as it is."""
-
-PathArg: TypeAlias = "str | os.PathLike[str] | RunDir"
 
 
 # --- commands --------------------------------------------------------------------------------
@@ -163,18 +169,18 @@ def issue(
     cls = _command_class(command)
     if ttl_s is not None and not (math.isfinite(ttl_s) and ttl_s > 0):
         raise ControlError(f"ttl_s={ttl_s!r}: must be a positive number of seconds, or None")
-    rd = _existing_run(run_dir)
+    rd = existing_run(run_dir)
     if now is None:
         ns = time.time_ns()
         t = ns / 1e9
     else:
         ns, t = round(now * 1e9), now
-    _make_dirs(rd.inbox)
+    make_dirs(rd.inbox)
     for _ in range(3):  # a collision needs the same nanosecond *and* 32 random bits
         cmd = cls(
             id=f"{ns:020d}-{secrets.token_hex(4)}",
             t=t,
-            author=_default_author() if author is None else author,
+            author=default_author() if author is None else author,
             host=socket.gethostname() if host is None else host,
             expires_at=None if ttl_s is None else t + ttl_s,
         )
@@ -212,13 +218,13 @@ def claim(
     >>> for c in claim(run.root):  # doctest: +SKIP
     ...     writer.emit(CommandReceived, command_id=c.id, command=c.command_name)
     """
-    rd = _run(run_dir)
+    rd = run_of(run_dir)
     names = _listing(rd.inbox)
     if not names:
         return []
     # Well-formed names first: a flood of junk must not delay a real command behind it.
     names.sort(key=lambda n: not _is_command_name(n))
-    _make_dirs(rd.claimed)
+    make_dirs(rd.claimed)
     taken: list[str] = []
     for name in names[: max(1, limit)]:
         try:
@@ -255,11 +261,11 @@ def complete(run_dir: PathArg, command: Claimed | str) -> None:
     Raises :class:`ControlError` naming the file and the fix when the move fails
     (``done/`` not writable, a directory in the way): the caller reports it and trains on.
     """
-    rd = _run(run_dir)
+    rd = run_of(run_dir)
     name = command.path.name if isinstance(command, Claimed) else f"{command}{COMMAND_SUFFIX}"
     if not name or os.sep in name or name in (".", ".."):
         raise ControlError(f"{name!r}: not a command file name; pass what claim() returned")
-    _make_dirs(rd.done)
+    make_dirs(rd.done)
     try:
         os.rename(rd.claimed / name, rd.done / name)
     except FileNotFoundError:
@@ -281,14 +287,14 @@ def orphans(run_dir: PathArg, *, now: float | None = None) -> list[Claimed]:
     no other claimer of the run is alive; answer each with ``command_expired``
     and :func:`complete` it. Files are parsed as :func:`claim` parses them.
     """
-    rd = _run(run_dir)
+    rd = run_of(run_dir)
     t = time.time() if now is None else now
     return [_parse(rd.claimed / name, t) for name in _listing(rd.claimed)]
 
 
 def pending(run_dir: PathArg) -> list[str]:
     """Ids of the commands waiting in the inbox, oldest first (the dashboard's "pending")."""
-    return [_id_of(name) for name in _listing(_run(run_dir).inbox)]
+    return [_id_of(name) for name in _listing(run_of(run_dir).inbox)]
 
 
 def _command_class(command: type[Command] | str) -> type[Command]:
@@ -348,7 +354,7 @@ def read_command(path: Path) -> Command:
     later), or ``FileNotFoundError`` when the file moved or vanished.
     """
     file_id = _id_of(path.name)
-    data = _read_small(path, _HOW_TO_ISSUE, follow_symlinks=False)
+    data = read_small(path, _HOW_TO_ISSUE, follow_symlinks=False)
     if not path.name.endswith(COMMAND_SUFFIX) or not _ID_RE.match(file_id):
         raise MalformedControlFile(
             f"{path}: command files are named <id>{COMMAND_SUFFIX} with the id inside;"
@@ -387,206 +393,3 @@ def expired(cmd: Command, now: float) -> bool:
     if cmd.expires_at is not None:
         deadline = min(deadline, cmd.expires_at)
     return now > deadline or cmd.t > now + MAX_TTL_S
-
-
-def _read_small(path: Path, fix: str, *, follow_symlinks: bool = True) -> bytes:
-    """Read a control file of at most MAX_CONTROL_FILE_BYTES; anything else is malformed.
-
-    Opened non-blocking so a FIFO cannot hang the training loop, checked to be a
-    regular file, and never read past the limit however big it is.
-    """
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)
-    if not follow_symlinks:
-        flags |= getattr(os, "O_NOFOLLOW", 0)
-    fd = -1
-    try:
-        fd = os.open(path, flags)
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
-            raise MalformedControlFile(f"{path}: {kind}; remove it. {fix}")
-        if st.st_size > MAX_CONTROL_FILE_BYTES:
-            raise MalformedControlFile(
-                f"{path}: {st.st_size} bytes, more than a control file may hold"
-                f" ({MAX_CONTROL_FILE_BYTES}); not read. {fix}"
-            )
-        with os.fdopen(fd, "rb") as f:
-            fd = -1  # the file object owns it now
-            data = f.read(MAX_CONTROL_FILE_BYTES + 1)
-        if len(data) > MAX_CONTROL_FILE_BYTES:  # grew after fstat
-            raise MalformedControlFile(
-                f"{path}: more than {MAX_CONTROL_FILE_BYTES} bytes; not read. {fix}"
-            )
-        return data
-    except FileNotFoundError:
-        raise
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:  # O_NOFOLLOW met a symbolic link
-            raise MalformedControlFile(f"{path}: a symbolic link; remove it. {fix}") from None
-        raise UnreadableControlFile(
-            f"{path}: cannot read it ({exc.strerror}); check its permissions. {fix}"
-        ) from None
-    finally:
-        if fd >= 0:
-            os.close(fd)
-
-
-# --- settings --------------------------------------------------------------------------------
-
-
-def read_settings(run_dir: PathArg) -> Settings:
-    """The run's settings, read from disk now (no cache); defaults when there is no file yet.
-
-    Raises :class:`MalformedControlFile` naming the file and the fix when it
-    exists but does not parse — a policy must never silently fall back.
-    """
-    path = _run(run_dir).settings
-    try:
-        # Never through a symbolic link: whoever can write the run directory would
-        # otherwise point the policy at a file of their choosing.
-        data = _read_small(path, _HOW_TO_FIX_SETTINGS, follow_symlinks=False)
-    except FileNotFoundError:
-        return Settings()
-    return decode_settings(data, str(path))
-
-
-def update_settings(
-    run_dir: PathArg,
-    *,
-    requeue_suspended: bool | None = None,
-    resume_pin: str | _Unset | None = UNSET,
-    health: dict[str, float] | None = None,
-    author: str | None = None,
-    now: float | None = None,
-) -> Settings:
-    """Change some settings, keep the others, and return the new settings.
-
-    ``requeue_suspended=None`` and ``resume_pin=UNSET`` leave that setting as
-    it is; ``resume_pin=None`` clears the pin. ``author`` is recorded as
-    ``updated_by`` (default ``user@host``). The file is read, changed and
-    replaced atomically under a lock, so two dashboards changing different
-    settings at once do not undo each other. An existing file that does not
-    parse is left alone and :class:`MalformedControlFile` is raised.
-
-    >>> update_settings("runs/exp1", requeue_suspended=True)  # doctest: +SKIP
-    >>> update_settings("runs/exp1", resume_pin="checkpoints/step=1200.ckpt")  # doctest: +SKIP
-    """
-    if requeue_suspended is not None and not isinstance(requeue_suspended, bool):
-        raise ControlError(f"requeue_suspended={requeue_suspended!r}: must be True or False")
-    if isinstance(resume_pin, str) and not resume_pin:
-        raise ControlError("resume_pin='': must be a checkpoint path, or None to clear the pin")
-    if resume_pin is not UNSET and resume_pin is not None and not isinstance(resume_pin, str):
-        raise ControlError(
-            f"resume_pin={resume_pin!r}: must be a checkpoint path, or None to clear the pin"
-        )
-    if author is None:
-        author = user_at_host()
-    rd = _existing_run(run_dir)
-    _make_dirs(rd.settings.parent)
-    with _settings_lock(rd):
-        current = read_settings(rd)
-        changes: dict[str, object] = {
-            "updated_at": time.time() if now is None else now,
-            "updated_by": author,
-        }
-        if requeue_suspended is not None:
-            changes["requeue_suspended"] = requeue_suspended
-        if resume_pin is not UNSET:
-            changes["resume_pin"] = resume_pin
-        if health is not None:  # the whole mapping: the caller merged and validated it
-            changes["health"] = dict(sorted(health.items()))
-        new = msgspec.structs.replace(current, **changes)
-        data = encode_settings(new)
-        try:  # strict writer: never leave a file that read_settings() would refuse
-            decode_settings(data, str(rd.settings))
-        except MalformedControlFile as exc:
-            raise ControlError(f"refusing to write these settings: {exc}") from None
-        atomic_write(rd.settings, data, mode=FILE_MODE)
-    return new
-
-
-# flock locks belong to an open file, but where the kernel emulates them with
-# POSIX locks (NFS) they belong to the process, so threads of one process also
-# take this lock.
-_process_settings_lock = threading.Lock()
-
-
-@contextlib.contextmanager
-def _settings_lock(rd: RunDir) -> Iterator[None]:
-    """Serialise read-modify-write of the settings between processes and hosts, best effort.
-
-    ``flock`` excludes processes on one host everywhere, and across hosts on
-    NFSv4, on NFSv3 with a lock daemon, and on Lustre mounted with ``-o flock``.
-    Where the filesystem has no locks (NFS ``nolock``, Lustre without ``flock``
-    or with ``localflock``) two simultaneous updates from different hosts can
-    still lose one; the file itself is never torn either way.
-    """
-    lock_path = rd.root / SETTINGS_LOCK
-    with _process_settings_lock:
-        try:
-            flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
-            fd = os.open(lock_path, flags, FILE_MODE)
-        except OSError as exc:
-            raise ControlError(
-                f"{lock_path}: cannot open the settings lock ({exc.strerror}); check that you"
-                f" can write to {lock_path.parent}"
-            ) from exc
-        try:
-            if sys.platform != "win32":
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX)
-                except OSError as exc:
-                    warnings.warn(
-                        f"{lock_path}: the filesystem refuses locks ({exc.strerror}); settings"
-                        " changed from two places at the same moment may overwrite each other",
-                        RuntimeWarning,
-                        stacklevel=4,
-                    )
-            yield
-        finally:
-            os.close(fd)  # releases the flock
-
-
-# --- the run directory -----------------------------------------------------------------------
-
-
-def _run(run_dir: PathArg) -> RunDir:
-    return run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
-
-
-def _existing_run(run_dir: PathArg) -> RunDir:
-    """The run at ``run_dir``; the dashboard side never creates a run, only its control files."""
-    rd = _run(run_dir)
-    if not rd.root.is_dir():
-        raise RunDirError(
-            f"{rd.root}: no such run directory; pass the run directory your training writes to"
-            " (the run_dir given to CkptDashCallback or Monitor)"
-        )
-    if not rd.is_run():
-        raise RunDirError(
-            f"{rd.root}: not a ckptdash run (no events/ folder); pass the run directory your"
-            " training writes to, or start the training first"
-        )
-    return rd
-
-
-def _make_dirs(path: Path) -> None:
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ControlError(
-            f"{path}: cannot create the folder ({exc.strerror}); check the run directory's"
-            " permissions"
-        ) from exc
-
-
-def user_at_host() -> str:
-    """``user@host``: who the audit trail names for a change made by this process."""
-    return f"{_default_author()}@{socket.gethostname()}"
-
-
-def _default_author() -> str:
-    try:
-        return getpass.getuser()
-    except (OSError, KeyError, ImportError):  # no login name in the environment or passwd
-        return f"uid-{os.getuid()}" if hasattr(os, "getuid") else "unknown"

@@ -128,7 +128,14 @@ def _train(
             "CKPTDASH_ATTEMPT": str(attempt),
             "CKPTDASH_JOB_ID": f"demo-{os.getpid()}",
         }
-        cmd = [sys.executable, "-m", "ckptdash.demo_train", str(run_dir), str(steps), str(marker)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "ckptdash._dev.demo_train",
+            str(run_dir),
+            str(steps),
+            str(marker),
+        ]
         log_dir = run_dir / "logs"
         log_dir.mkdir(exist_ok=True)
         # Lightning's own chatter goes to a log file so the progress line stays readable.

@@ -9,7 +9,14 @@
     ├── CheckpointChoiceError  the checkpoint the user asked to resume from is not valid
     ├── AtomicWriteError       an atomic write could not complete (the old file is intact)
     ├── EventWriteError        an event could not be appended (disk full, permissions, I/O)
-    └── SaveError              a save through Monitor.saving() was not published
+    ├── SaveError              a save through Monitor.saving() was not published
+    ├── ConfigError            a TrainConfig value is wrong           (ckptdash.train.config)
+    ├── ThresholdError         a health threshold is wrong            (ckptdash.health)
+    └── SlurmError             a SLURM command failed or was refused  (ckptdash.slurm_admin)
+        └── SlurmUnavailable   no SLURM commands on this machine      (ckptdash.slurm_admin)
+
+The last four are still defined next to the code that raises them (to move here); the
+tree is the whole hierarchy, so ``except CkptDashError`` catches every deliberate error.
 
 Messages name the file or value that is wrong and say how to fix it, because
 they are usually read by someone on a login node who did not write the code.

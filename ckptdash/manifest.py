@@ -27,7 +27,8 @@ from typing import Final
 import msgspec
 import xxhash
 
-from ckptdash.rundir import CHECKSUM_ALGO, TEMP_PREFIX, atomic_write, fsync_dir
+from ckptdash.hashing import CHECKSUM_ALGO
+from ckptdash.rundir import TEMP_PREFIX, atomic_write, fsync_dir
 
 MANIFEST_NAME: Final = ".ckptdash-manifest.json"
 _CHUNK: Final = 4 << 20

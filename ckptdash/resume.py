@@ -24,8 +24,9 @@ from typing import Literal
 
 from ckptdash import control, manifest
 from ckptdash.errors import CkptDashError
+from ckptdash.hashing import checksum_file
 from ckptdash.records import CheckpointInfo
-from ckptdash.rundir import RUN_FILE, RunDir, checksum_file
+from ckptdash.rundir import RUN_FILE, RunDir
 from ckptdash.state import RunState
 from ckptdash.tail import RunTailer
 

@@ -21,20 +21,18 @@ from __future__ import annotations
 
 import contextlib
 import os
-import queue
 import secrets
 import socket
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Final
+from typing import IO, Final
 
 import msgspec
-import xxhash
 
 from ckptdash.errors import AtomicWriteError, RunDirError
+from ckptdash.hashing import HashingWriter
 
 RUN_FILE: Final = "run.json"
 EVENTS_DIR: Final = "events"
@@ -46,7 +44,6 @@ SETTINGS_FILE: Final = "control/settings.json"
 CHECKPOINTS_DIR: Final = "checkpoints"
 EVENT_SUFFIX: Final = ".jsonl"
 TEMP_PREFIX: Final = ".ckptdash-tmp-"
-CHECKSUM_ALGO: Final = "xxh3_128"
 
 
 class RunInfo(msgspec.Struct, frozen=True, kw_only=True):
@@ -67,100 +64,6 @@ class WriteResult:
     path: Path
     size_bytes: int
     checksum: str
-
-
-# Chunks this big are hashed on a helper thread while this thread writes them: both release
-# the GIL, so the checksum costs next to nothing on a second core. Smaller ones (the pickle,
-# the zip records) are hashed inline, where a thread handoff would cost more than the hash.
-_PARALLEL_HASH_MIN: Final = 4 << 20
-
-
-class _HashingWriter:
-    """A write-only file wrapper that hashes and counts bytes as they pass (no second read).
-
-    Each call returns only once its bytes are both written and hashed, so the
-    caller may reuse its buffer and the hash sees the chunks in order.
-    """
-
-    def __init__(self, raw: IO[bytes]) -> None:
-        self._raw = raw
-        self._hash = xxhash.xxh3_128()
-        self._helper: _HashHelper | None = None
-        self.size = 0
-
-    def write(self, data: bytes | bytearray | memoryview) -> int:
-        view = memoryview(data)
-        if view.nbytes >= _PARALLEL_HASH_MIN and view.c_contiguous:
-            if self._helper is None:
-                self._helper = _HashHelper(self._hash)
-            hashed = self._helper.start(view)
-            try:
-                n = self._raw.write(view)
-            finally:
-                hashed.wait()
-            self._helper.check()
-        else:
-            self._hash.update(view)
-            n = self._raw.write(view)
-        self.size += view.nbytes if n is None else n
-        return view.nbytes
-
-    def flush(self) -> None:
-        self._raw.flush()
-
-    def writable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        # Seeking back would invalidate the running hash, so we say we cannot.
-        return False
-
-    def close(self) -> None:
-        """Stop the helper thread (the file itself is the caller's)."""
-        if self._helper is not None:
-            self._helper.stop()
-            self._helper = None
-
-    @property
-    def checksum(self) -> str:
-        return f"{CHECKSUM_ALGO}:{self._hash.hexdigest()}"
-
-
-class _HashHelper:
-    """One thread that feeds chunks to a hash, one at a time; lives for one atomic write
-    (a thread per write rather than a pool, which a forked child would inherit broken)."""
-
-    def __init__(self, hash_: Any) -> None:
-        self._hash = hash_
-        self._todo: queue.SimpleQueue[tuple[memoryview, threading.Event] | None] = (
-            queue.SimpleQueue()
-        )
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="ckptdash-hash", daemon=True)
-        self._thread.start()
-
-    def start(self, view: memoryview) -> threading.Event:
-        done = threading.Event()
-        self._todo.put((view, done))
-        return done
-
-    def check(self) -> None:
-        if self._error is not None:
-            raise self._error
-
-    def stop(self) -> None:
-        self._todo.put(None)
-        self._thread.join()
-
-    def _run(self) -> None:
-        while (item := self._todo.get()) is not None:
-            view, done = item
-            try:
-                self._hash.update(view)
-            except BaseException as exc:  # handed to the writing thread by check()
-                self._error = exc
-            finally:
-                done.set()
 
 
 def fsync_dir(path: Path) -> None:
@@ -211,7 +114,7 @@ def atomic_write(
         ) from exc
     try:
         with os.fdopen(fd, "wb") as raw:
-            writer = _HashingWriter(raw)
+            writer = HashingWriter(raw)
             try:
                 if isinstance(content, (bytes, bytearray, memoryview)):
                     writer.write(content)
@@ -280,17 +183,6 @@ def create_exclusive(target: Path, data: bytes, *, mode: int = 0o644) -> bool:
 def is_temp_file(name: str) -> bool:
     """True for a leftover temp file of an interrupted atomic write."""
     return name.startswith(TEMP_PREFIX)
-
-
-def checksum_file(path: str | os.PathLike[str], chunk: int = 1 << 20) -> tuple[int, str]:
-    """Size and checksum of a file on disk, in the same form :func:`atomic_write` reports."""
-    h = xxhash.xxh3_128()
-    size = 0
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-            size += len(block)
-    return size, f"{CHECKSUM_ALGO}:{h.hexdigest()}"
 
 
 # --- the layout ------------------------------------------------------------------------------

@@ -27,35 +27,39 @@ every :data:`COLD_EVERY` polls.
 from __future__ import annotations
 
 import os
-import re
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import compress
 from pathlib import Path
-from typing import BinaryIO, Final, Literal, TypeAlias, cast
+from typing import BinaryIO, Final, cast
 
-from ckptdash.control import COMMAND_SUFFIX, is_not_a_command, read_command, safe_name
-from ckptdash.errors import MalformedControlFile, RunDirError, UnreadableControlFile
+from ckptdash.errors import RunDirError
 from ckptdash.events import (
     BadLine,
-    CheckpointDirDeclared,
-    CheckpointFailed,
-    CheckpointInvalid,
-    CheckpointRemoved,
-    CheckpointSaved,
-    CheckpointStarted,
-    Command,
     Event,
-    RunResumed,
-    decode_line,
     decode_lines,
 )
 from ckptdash.rundir import EVENT_SUFFIX, RunDir, find_runs, is_temp_file
+from ckptdash.tail_batch import LOCATIONS, CommandFile, Location, TailBatch
+from ckptdash.tail_commands import CommandWatcher
+from ckptdash.tail_vouch import VOUCHED, decode_vouched, disagreement, first_run_id, foreign
 
-Location: TypeAlias = Literal["inbox", "claimed", "done"]
-LOCATIONS: Final[tuple[Location, ...]] = ("inbox", "claimed", "done")
-"""Where a command file can be, in the only order it moves."""
+# The records a poll returns live in tail_batch, the command folders' watcher in
+# tail_commands; this module is the public face, so they are importable from here.
+__all__ = [
+    "COLD_AFTER",
+    "COLD_EVERY",
+    "DECODE_BYTES",
+    "LOCATIONS",
+    "MAX_LINE_BYTES",
+    "READ_BYTES",
+    "CommandFile",
+    "FolderTailer",
+    "Location",
+    "RunTailer",
+    "TailBatch",
+]
 
 READ_BYTES: Final = 1 << 20
 """Bytes asked of the OS per read of an event file."""
@@ -88,57 +92,6 @@ _LISTING_SETTLED_S: Final = 2.0
 listing reused until it changes again; a more recent change may share its timestamp with a
 file created after we listed, so that listing is not trusted."""
 
-# The records that decide what a checkpoint is: they count only from a file of this run whose
-# name, first line and the record itself agree on run, attempt and rank (see docs/format.md).
-_VOUCHED: Final = frozenset(
-    {
-        CheckpointStarted,
-        CheckpointSaved,
-        CheckpointFailed,
-        CheckpointRemoved,
-        CheckpointInvalid,
-        CheckpointDirDeclared,
-        RunResumed,
-    }
-)
-_NAME_RE: Final = re.compile(r"^A(\d{4,})\.R(\d{4,})\.")
-
-
-@dataclass(frozen=True, slots=True)
-class CommandFile:
-    """A command file as seen in ``control/``: reported when first seen and on every move.
-
-    ``command`` is the parsed command, or ``None`` with ``error`` saying why the
-    file does not parse (or cannot be read).
-    """
-
-    id: str
-    location: Location
-    command: Command | None
-    error: str | None
-    mtime: float
-
-
-@dataclass(slots=True)
-class TailBatch:
-    """What one poll found: new events and bad lines (file order), new or moved command files."""
-
-    events: list[Event] = field(default_factory=list)
-    bad: list[BadLine] = field(default_factory=list)
-    commands: list[CommandFile] = field(default_factory=list)
-
-    def __len__(self) -> int:
-        return len(self.events) + len(self.bad) + len(self.commands)
-
-    def __bool__(self) -> bool:
-        return bool(self.events or self.bad or self.commands)
-
-    def extend(self, other: TailBatch) -> None:
-        """Append ``other``'s records after this batch's own."""
-        self.events.extend(other.events)
-        self.bad.extend(other.bad)
-        self.commands.extend(other.commands)
-
 
 @dataclass(slots=True)
 class _Cursor:
@@ -150,17 +103,6 @@ class _Cursor:
     scanned: int = 0  # bytes after offset searched for a newline: an oversize line being skipped
     idle: int = 0  # checks in a row that found the file unchanged
     first: str | None = None  # "" when line 1 agrees with the name and run.json, else why not
-
-
-@dataclass(slots=True)
-class _Known:
-    """The last reported state of one command file."""
-
-    location: Location
-    command: Command | None
-    error: str | None
-    mtime: float
-    unreadable: bool  # error came from reading, not parsing: read it again when it moves
 
 
 class RunTailer:
@@ -188,7 +130,7 @@ class RunTailer:
         self._decode_bytes = max(1, decode_bytes)
         self._cursors: dict[str, _Cursor] = {}
         self._sizes: dict[str, int] = {}
-        self._commands: dict[str, _Known] = {}
+        self._command_files = CommandWatcher(self.run_dir)
         self._budget = -1  # bytes the running poll may still decode; -1: no limit
         self._poll_number = 0  # a generator of an older poll stops instead of re-reading
         self._reported: set[tuple[str, str]] = set()
@@ -208,6 +150,11 @@ class RunTailer:
     @property
     def root(self) -> Path:
         return self.run_dir.root
+
+    @property
+    def _expected_run(self) -> str:
+        """The run id checkpoint records must carry (the folder's name until one is known)."""
+        return self._run_id if self._run_id is not None else self.run_dir.root.name
 
     @property
     def pending_bytes(self) -> dict[str, int]:
@@ -252,7 +199,7 @@ class RunTailer:
         self._budget = -1 if max_bytes is None else max(0, max_bytes)
         self._poll_number += 1
         number = self._poll_number
-        commands = self._poll_commands()
+        commands = self._command_files.poll(self._report, self._reported)
         if commands:
             yield commands
         names, trouble = self._event_file_names()
@@ -290,7 +237,7 @@ class RunTailer:
         file, as :class:`~ckptdash.state.RunState` names such a run."""
         try:
             if not self.run_dir.run_file.exists():
-                self._run_id = self._first_run_id(names)
+                self._run_id = first_run_id(self._events_dir, names, MAX_LINE_BYTES)
                 return TailBatch()
             self._run_id = self.run_dir.info().run_id
         except RunDirError as exc:
@@ -464,15 +411,15 @@ class RunTailer:
         cur.lineno += piece.count(b"\n")
         cur.offset += len(piece)
         if cur.first is None and records:
-            cur.first = self._disagreement(name, records[0])
+            cur.first = disagreement(name, records[0], self._expected_run)
         # One C-speed pass over the types; the slower paths only for a bad line or a record
         # that decides what a checkpoint is (rare: a few per thousand lines).
         types = set(map(type, records))
-        if not types.isdisjoint(_VOUCHED) and any(
-            self._foreign(name, cur, r)  # type: ignore[arg-type]  # only events are vouched
-            for r in compress(records, map(_VOUCHED.__contains__, map(type, records)))
+        if not types.isdisjoint(VOUCHED) and any(
+            foreign(name, cur.first, r, self._expected_run)  # type: ignore[arg-type]  # events
+            for r in compress(records, map(VOUCHED.__contains__, map(type, records)))
         ):
-            return self._decode_vouched(piece, name, cur, first_lineno)
+            return decode_vouched(piece, name, cur.first, first_lineno, self._expected_run)
         if BadLine not in types:
             return TailBatch(events=cast("list[Event]", records))
         batch = TailBatch()
@@ -482,130 +429,6 @@ class RunTailer:
             else:
                 batch.events.append(r)
         return batch
-
-    def _first_run_id(self, names: list[str]) -> str | None:
-        for name in names:
-            m = _NAME_RE.match(name)
-            if m is None or int(m.group(2)) != 0:
-                continue
-            try:
-                with open(os.path.join(self._events_dir, name), "rb") as f:
-                    first = f.readline(MAX_LINE_BYTES + 1)
-            except OSError:
-                return None
-            record = decode_line(first) if first.endswith(b"\n") else None
-            return record.run if isinstance(record, Event) else None
-        return None
-
-    def _disagreement(self, name: str, record: Event | BadLine) -> str:
-        """Why the file's first line does not vouch for the file ("" when it does)."""
-        if isinstance(record, BadLine):
-            return f"its first line is not a valid event ({record.reason})"
-        return self._mismatch(name, record)
-
-    def _mismatch(self, name: str, ev: Event) -> str:
-        m = _NAME_RE.match(name)
-        if m is None:
-            return "its file is not named A<attempt>.R<rank>.…jsonl"
-        run_id = self._run_id if self._run_id is not None else self.run_dir.root.name
-        if ev.run != run_id:
-            return f"run {ev.run!r} is not this run ({run_id!r} in run.json)"
-        if (ev.attempt, ev.rank) != (int(m.group(1)), int(m.group(2))):
-            return (
-                f"attempt {ev.attempt} rank {ev.rank} in a file named for attempt"
-                f" {int(m.group(1))} rank {int(m.group(2))}"
-            )
-        return ""
-
-    def _foreign(self, name: str, cur: _Cursor, ev: Event) -> str:
-        """Why a checkpoint record does not belong to this run ("" when it does)."""
-        why = self._mismatch(name, ev)
-        if not why and cur.first:
-            why = f"its file does not belong to this run: {cur.first}"
-        return why
-
-    def _decode_vouched(self, piece: bytes, name: str, cur: _Cursor, lineno: int) -> TailBatch:
-        """Decode ``piece`` line by line, reporting each foreign checkpoint record as invalid."""
-        batch = TailBatch()
-        for offset, line in enumerate(piece.split(b"\n")):
-            if not line.strip():
-                continue
-            r = decode_line(line, name, lineno + offset)
-            if isinstance(r, BadLine):
-                batch.bad.append(r)
-            elif type(r) in _VOUCHED and (why := self._foreign(name, cur, r)):
-                detail = f"{r.KIND} not counted: {why}"
-                batch.bad.append(BadLine(name, lineno + offset, "invalid", detail))
-            else:
-                batch.events.append(r)
-        return batch
-
-    # --- command files -----------------------------------------------------------------------
-
-    def _poll_commands(self) -> TailBatch:
-        out = TailBatch()
-        seen: dict[str, tuple[int, str]] = {}  # id -> (index of the furthest location, name)
-        dirs = (self.run_dir.inbox, self.run_dir.claimed, self.run_dir.done)
-        for index, directory in enumerate(dirs):
-            try:
-                names = os.listdir(directory)
-            except FileNotFoundError:
-                continue
-            except OSError as exc:
-                out.extend(self._report(f"control/{LOCATIONS[index]}/", "list the folder", exc))
-                continue
-            self._reported.discard((f"control/{LOCATIONS[index]}/", "list the folder"))
-            for name in names:
-                if is_not_a_command(name):
-                    continue
-                # A file moving while we list can show up twice; moves only go forward.
-                seen[safe_name(name.removesuffix(COMMAND_SUFFIX) or name)] = (index, name)
-        for cid in sorted(seen):
-            index, name = seen[cid]
-            known = self._commands.get(cid)
-            if known is not None and known.location == LOCATIONS[index]:
-                continue
-            found = self._look_up(cid, name, index, known)
-            if found is not None:
-                self._commands[cid] = found
-                out.commands.append(
-                    CommandFile(cid, found.location, found.command, found.error, found.mtime)
-                )
-        return out
-
-    def _look_up(self, cid: str, name: str, index: int, known: _Known | None) -> _Known | None:
-        """Read the file where it was listed, following it forward if it moved since."""
-        dirs = (self.run_dir.inbox, self.run_dir.claimed, self.run_dir.done)
-        for i in range(index, len(LOCATIONS)):
-            path = dirs[i] / name
-            location = LOCATIONS[i]
-            if known is not None and known.location == location:
-                return None  # it was already reported here
-            try:
-                if known is not None and not known.unreadable:
-                    mtime = os.stat(path).st_mtime
-                    return _Known(location, known.command, known.error, mtime, False)
-                return _read_command(path, location)
-            except FileNotFoundError:
-                continue  # renamed by a claimer just now: look in the next folder
-        return None
-
-
-def _read_command(path: Path, location: Location) -> _Known:
-    """Read and parse one command file with the claimer's own checks (so a file shown as
-    malformed here is one the training side will answer with ``command_rejected``).
-    Raises FileNotFoundError when it moved on."""
-    try:
-        command = read_command(path)
-        error, unreadable = None, False
-    except MalformedControlFile as exc:
-        command, unreadable = None, isinstance(exc, UnreadableControlFile)
-        error = safe_name(str(exc))
-    try:
-        mtime = os.stat(path).st_mtime
-    except OSError:
-        mtime = 0.0
-    return _Known(location, command, error, mtime, unreadable)
 
 
 def _long_line(block: bytes, start: int, cut: int) -> tuple[int, int] | None:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from ckptdash.dash.testing import HOW_TO_GET_CHROMIUM, chromium_path, launch_chromium
+from ckptdash._dev.testing import HOW_TO_GET_CHROMIUM, chromium_path, launch_chromium
 from ckptdash.resume import load_state
 
 pytestmark = pytest.mark.ui

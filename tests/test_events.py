@@ -156,3 +156,14 @@ def test_to_builtins_gives_plain_json_values() -> None:
     """to_builtins turns raw metrics into a plain dict (for status --json)."""
     out = events.to_builtins(make("heartbeat"))
     assert out["metrics"] == {"loss": 0.25} and out["kind"] == "heartbeat"
+
+
+def test_kind_groups_cover_every_checkpoint_and_command_kind() -> None:
+    """The groups of kinds that several readers share name every ``checkpoint_*`` and
+    ``command_*`` kind of the schema exactly once, so a kind added later joins its group."""
+    assert set(events.CHECKPOINT_KINDS) == {k for k in events.KINDS if k.startswith("checkpoint_")}
+    assert set(events.COMMAND_KINDS) == {k for k in events.KINDS if k.startswith("command_")}
+    assert set(events.COMMAND_OUTCOME_KINDS) == set(events.COMMAND_KINDS) - {"command_received"}
+    for kinds in (events.CHECKPOINT_KINDS, events.COMMAND_KINDS, events.COMMAND_OUTCOME_KINDS):
+        assert len(set(kinds)) == len(kinds)
+    assert [c.KIND for c in events.CHECKPOINT_EVENTS] == list(events.CHECKPOINT_KINDS)

@@ -17,7 +17,8 @@ from typing import IO, Any
 from ckptdash import manifest
 from ckptdash.errors import EventWriteError
 from ckptdash.events import CheckpointFailed, CheckpointSaved, CheckpointStarted, Trigger
-from ckptdash.rundir import atomic_write, checksum_file, fsync_dir
+from ckptdash.hashing import checksum_file
+from ckptdash.rundir import atomic_write, fsync_dir
 from ckptdash.writer import EventWriter
 
 META_KEY = "ckptdash"

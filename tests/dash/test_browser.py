@@ -19,7 +19,7 @@ from urllib.parse import urlparse
 import pytest
 
 from ckptdash import control, events
-from ckptdash.dash.testing import (
+from ckptdash._dev.testing import (
     HOW_TO_GET_CHROMIUM,
     FakeTrainer,
     ServeProcess,

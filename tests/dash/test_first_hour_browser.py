@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from ckptdash.dash.testing import (
+from ckptdash._dev.testing import (
     HOW_TO_GET_CHROMIUM,
     FakeTrainer,
     ServeProcess,

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from ckptdash import control
+from ckptdash._dev.sample import write_sample_run
+from ckptdash._dev.testing import HOW_TO_GET_CHROMIUM, ServeProcess, chromium_path, launch_chromium
 from ckptdash.dash.metrics_plot import PLOT_NAME
-from ckptdash.dash.sample import write_sample_run
-from ckptdash.dash.testing import HOW_TO_GET_CHROMIUM, ServeProcess, chromium_path, launch_chromium
 from ckptdash.resume import load_state
 
 pytestmark = pytest.mark.ui

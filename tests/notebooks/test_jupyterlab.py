@@ -34,7 +34,7 @@ from urllib.parse import urlparse
 import nbformat
 import pytest
 
-from ckptdash.dash.testing import HOW_TO_GET_CHROMIUM, chromium_path, launch_chromium
+from ckptdash._dev.testing import HOW_TO_GET_CHROMIUM, chromium_path, launch_chromium
 from ckptdash.resume import load_state
 
 pytestmark = [pytest.mark.notebook, pytest.mark.ui]

@@ -104,7 +104,7 @@ def test_analysis_reads_the_run_named_by_the_environment(
     tmp_path: Path, kernel: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """With CKPTDASH_RUN_DIR set, the analysis notebook shows that run (and writes none)."""
-    from ckptdash.dash.sample import write_sample_run
+    from ckptdash._dev.sample import write_sample_run
 
     run = tmp_path / "mine"
     write_sample_run(run)

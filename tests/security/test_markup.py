@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from ckptdash.dash.testing import HOW_TO_GET_CHROMIUM, ServeProcess, chromium_path, page_text
+from ckptdash._dev.testing import HOW_TO_GET_CHROMIUM, ServeProcess, chromium_path, page_text
 from tests.security.hostile import FOLDER_PAYLOAD, PAYLOADS, write_hostile_run
 
 pytestmark = pytest.mark.ui
@@ -31,7 +31,7 @@ if chromium_path() is None:
 
 from playwright.sync_api import sync_playwright  # noqa: E402
 
-from ckptdash.dash.testing import launch_chromium  # noqa: E402
+from ckptdash._dev.testing import launch_chromium  # noqa: E402
 
 # Elements anywhere in the page (shadow roots included) carrying a payload in an attribute
 # that can act: an event handler, a link or source (javascript:), an injected image, svg,

@@ -26,7 +26,7 @@ from tornado.httpclient import HTTPClientError, HTTPRequest
 from tornado.ioloop import IOLoop
 from tornado.websocket import websocket_connect
 
-from ckptdash.dash.testing import FakeTrainer, ServeProcess
+from ckptdash._dev.testing import FakeTrainer, ServeProcess
 
 
 @dataclass

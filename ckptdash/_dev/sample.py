@@ -5,7 +5,7 @@ Three hours of a SLURM job ending now: attempt 0 is preempted (SIGUSR2, signal
 save, requeue), attempt 1 takes a manual "Save now" and is then killed without
 warning, attempt 2 resumes from the last periodic save and is training.
 
-    python -c "from ckptdash.dash.sample import write_sample_run; write_sample_run('runs/sample')"
+    python -c "from ckptdash._dev.sample import write_sample_run; write_sample_run('runs/sample')"
 """
 
 from __future__ import annotations

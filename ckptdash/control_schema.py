@@ -1,0 +1,111 @@
+"""The control files' schema: one-shot commands and the durable settings (docs/format.md).
+
+:mod:`ckptdash.control` moves these files; this module only says what they contain, and
+:mod:`ckptdash.events` re-exports every name here for readers of the format.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, ClassVar, Final, TypeAlias, get_args
+
+import msgspec
+
+from ckptdash.errors import EventValidationError, MalformedControlFile
+from ckptdash.format_fields import FORMAT_VERSION, NonNegFloat, encoder
+
+# --- commands (dashboard/CLI -> training) ----------------------------------------------------
+
+
+class Command(
+    msgspec.Struct, frozen=True, kw_only=True, tag_field="command", forbid_unknown_fields=True
+):
+    """A one-shot request from a person to the running job, one file in ``control/inbox/``.
+
+    ``expires_at`` is Unix time after which the training side answers
+    ``command_expired`` instead of acting.
+    """
+
+    NAME: ClassVar[str]
+
+    v: int = FORMAT_VERSION
+    id: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_.-]{1,64}$")]
+    t: NonNegFloat
+    author: str
+    host: str
+    expires_at: NonNegFloat | None = None
+
+
+class SaveNow(Command, frozen=True, tag="save_now"):
+    """Save a checkpoint (trigger ``manual``) at the next step boundary."""
+
+
+class StopAfterSave(Command, frozen=True, tag="stop_after_save"):
+    """Save a checkpoint at the next step boundary, then end the job without requeue."""
+
+
+AnyCommand: TypeAlias = SaveNow | StopAfterSave
+COMMAND_TYPES: Final[tuple[type[Command], ...]] = get_args(AnyCommand)
+COMMANDS: Final[dict[str, type[Command]]] = {}
+for _ccls in COMMAND_TYPES:
+    _ctag = _ccls.__struct_config__.tag
+    assert isinstance(_ctag, str)
+    _ccls.NAME = _ctag
+    COMMANDS[_ctag] = _ccls
+
+_command_decoder = msgspec.json.Decoder(AnyCommand, strict=True)
+
+
+def encode_command(command: Command) -> bytes:
+    """Validate and encode a command file's content."""
+    data = encoder.encode(command)
+    try:
+        _command_decoder.decode(data)
+    except msgspec.ValidationError as exc:
+        raise EventValidationError(f"invalid {command.NAME} command: {exc}") from None
+    return data + b"\n"
+
+
+def decode_command(data: bytes, file: str) -> Command:
+    """Parse a command file; :class:`MalformedControlFile` names ``file`` and the problem."""
+    try:
+        return _command_decoder.decode(data)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        known = ", ".join(sorted(COMMANDS))
+        raise MalformedControlFile(
+            f"{file}: not a ckptdash command ({exc}); expected a JSON object with"
+            f' "command" one of {known} — create commands with `ckptdash save`/`ckptdash stop`'
+        ) from None
+
+
+# --- settings (durable, read fresh at decision time) -----------------------------------------
+
+
+class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The durable policy in ``control/settings.json``; replaced atomically as a whole."""
+
+    v: int = FORMAT_VERSION
+    requeue_suspended: bool = False
+    resume_pin: str | None = None
+    health: dict[str, float] = msgspec.field(default_factory=dict)
+    """Health thresholds of this run by name (``ckptdash health RUN --set NAME=VALUE``)."""
+    updated_at: NonNegFloat = 0.0
+    updated_by: str = ""
+
+
+_settings_decoder = msgspec.json.Decoder(Settings, strict=True)
+
+
+def encode_settings(settings: Settings) -> bytes:
+    """Encode the settings file's content."""
+    return msgspec.json.format(encoder.encode(settings), indent=2) + b"\n"
+
+
+def decode_settings(data: bytes, file: str) -> Settings:
+    """Parse the settings file; raises :class:`MalformedControlFile` naming the file and the fix."""
+    try:
+        return _settings_decoder.decode(data)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise MalformedControlFile(
+            f"{file}: unreadable settings ({exc}); fix the file by hand or rewrite it with"
+            " `ckptdash requeue RUN_DIR --resume` / `ckptdash resume RUN_DIR --clear`"
+        ) from None

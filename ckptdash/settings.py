@@ -1,0 +1,161 @@
+"""The durable settings of a run: ``control/settings.json``, read fresh, replaced whole.
+
+The file is small and replaced as a whole with :func:`~ckptdash.rundir.atomic_write` (readers
+see the old file or the new one) and read fresh at every decision (:func:`read_settings` has
+no cache), so a click just before a preemption signal still counts. Import these names from
+:mod:`ckptdash.control`, the control channel's public module.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import os
+import sys
+import threading
+import time
+import warnings
+from collections.abc import Iterator
+from typing import Final
+
+import msgspec
+
+from ckptdash.control_files import (
+    FILE_MODE,
+    PathArg,
+    existing_run,
+    make_dirs,
+    read_small,
+    run_of,
+    user_at_host,
+)
+from ckptdash.errors import ControlError, MalformedControlFile
+from ckptdash.events import Settings, decode_settings, encode_settings
+from ckptdash.rundir import RunDir, atomic_write
+
+if sys.platform != "win32":
+    import fcntl
+
+SETTINGS_LOCK: Final = "control/settings.lock"
+_HOW_TO_FIX_SETTINGS: Final = "remove it and set the settings again (control.update_settings())"
+
+
+class _Unset(enum.Enum):
+    UNSET = enum.auto()
+
+
+UNSET: Final = _Unset.UNSET
+"""Default of :func:`update_settings` arguments: leave that setting as it is."""
+
+
+def read_settings(run_dir: PathArg) -> Settings:
+    """The run's settings, read from disk now (no cache); defaults when there is no file yet.
+
+    Raises :class:`MalformedControlFile` naming the file and the fix when it
+    exists but does not parse — a policy must never silently fall back.
+    """
+    path = run_of(run_dir).settings
+    try:
+        # Never through a symbolic link: whoever can write the run directory would
+        # otherwise point the policy at a file of their choosing.
+        data = read_small(path, _HOW_TO_FIX_SETTINGS, follow_symlinks=False)
+    except FileNotFoundError:
+        return Settings()
+    return decode_settings(data, str(path))
+
+
+def update_settings(
+    run_dir: PathArg,
+    *,
+    requeue_suspended: bool | None = None,
+    resume_pin: str | _Unset | None = UNSET,
+    health: dict[str, float] | None = None,
+    author: str | None = None,
+    now: float | None = None,
+) -> Settings:
+    """Change some settings, keep the others, and return the new settings.
+
+    ``requeue_suspended=None`` and ``resume_pin=UNSET`` leave that setting as
+    it is; ``resume_pin=None`` clears the pin. ``author`` is recorded as
+    ``updated_by`` (default ``user@host``). The file is read, changed and
+    replaced atomically under a lock, so two dashboards changing different
+    settings at once do not undo each other. An existing file that does not
+    parse is left alone and :class:`MalformedControlFile` is raised.
+
+    >>> update_settings("runs/exp1", requeue_suspended=True)  # doctest: +SKIP
+    >>> update_settings("runs/exp1", resume_pin="checkpoints/step=1200.ckpt")  # doctest: +SKIP
+    """
+    if requeue_suspended is not None and not isinstance(requeue_suspended, bool):
+        raise ControlError(f"requeue_suspended={requeue_suspended!r}: must be True or False")
+    if isinstance(resume_pin, str) and not resume_pin:
+        raise ControlError("resume_pin='': must be a checkpoint path, or None to clear the pin")
+    if resume_pin is not UNSET and resume_pin is not None and not isinstance(resume_pin, str):
+        raise ControlError(
+            f"resume_pin={resume_pin!r}: must be a checkpoint path, or None to clear the pin"
+        )
+    if author is None:
+        author = user_at_host()
+    rd = existing_run(run_dir)
+    make_dirs(rd.settings.parent)
+    with _settings_lock(rd):
+        current = read_settings(rd)
+        changes: dict[str, object] = {
+            "updated_at": time.time() if now is None else now,
+            "updated_by": author,
+        }
+        if requeue_suspended is not None:
+            changes["requeue_suspended"] = requeue_suspended
+        if resume_pin is not UNSET:
+            changes["resume_pin"] = resume_pin
+        if health is not None:  # the whole mapping: the caller merged and validated it
+            changes["health"] = dict(sorted(health.items()))
+        new = msgspec.structs.replace(current, **changes)
+        data = encode_settings(new)
+        try:  # strict writer: never leave a file that read_settings() would refuse
+            decode_settings(data, str(rd.settings))
+        except MalformedControlFile as exc:
+            raise ControlError(f"refusing to write these settings: {exc}") from None
+        atomic_write(rd.settings, data, mode=FILE_MODE)
+    return new
+
+
+# flock locks belong to an open file, but where the kernel emulates them with
+# POSIX locks (NFS) they belong to the process, so threads of one process also
+# take this lock.
+_process_settings_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def _settings_lock(rd: RunDir) -> Iterator[None]:
+    """Serialise read-modify-write of the settings between processes and hosts, best effort.
+
+    ``flock`` excludes processes on one host everywhere, and across hosts on
+    NFSv4, on NFSv3 with a lock daemon, and on Lustre mounted with ``-o flock``.
+    Where the filesystem has no locks (NFS ``nolock``, Lustre without ``flock``
+    or with ``localflock``) two simultaneous updates from different hosts can
+    still lose one; the file itself is never torn either way.
+    """
+    lock_path = rd.root / SETTINGS_LOCK
+    with _process_settings_lock:
+        try:
+            flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
+            fd = os.open(lock_path, flags, FILE_MODE)
+        except OSError as exc:
+            raise ControlError(
+                f"{lock_path}: cannot open the settings lock ({exc.strerror}); check that you"
+                f" can write to {lock_path.parent}"
+            ) from exc
+        try:
+            if sys.platform != "win32":
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX)
+                except OSError as exc:
+                    warnings.warn(
+                        f"{lock_path}: the filesystem refuses locks ({exc.strerror}); settings"
+                        " changed from two places at the same moment may overwrite each other",
+                        RuntimeWarning,
+                        stacklevel=4,
+                    )
+            yield
+        finally:
+            os.close(fd)  # releases the flock

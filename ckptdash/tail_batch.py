@@ -1,0 +1,52 @@
+"""What a poll of a run directory found: the records :class:`~ckptdash.tail.RunTailer` hands out.
+
+Import these from :mod:`ckptdash.tail`; they live apart so that the event-file reader and the
+command-folder watcher (:mod:`ckptdash.tail_commands`) share them without importing each other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Final, Literal, TypeAlias
+
+from ckptdash.events import BadLine, Command, Event
+
+Location: TypeAlias = Literal["inbox", "claimed", "done"]
+LOCATIONS: Final[tuple[Location, ...]] = ("inbox", "claimed", "done")
+"""Where a command file can be, in the only order it moves."""
+
+
+@dataclass(frozen=True, slots=True)
+class CommandFile:
+    """A command file as seen in ``control/``: reported when first seen and on every move.
+
+    ``command`` is the parsed command, or ``None`` with ``error`` saying why the
+    file does not parse (or cannot be read).
+    """
+
+    id: str
+    location: Location
+    command: Command | None
+    error: str | None
+    mtime: float
+
+
+@dataclass(slots=True)
+class TailBatch:
+    """What one poll found: new events and bad lines (file order), new or moved command files."""
+
+    events: list[Event] = field(default_factory=list)
+    bad: list[BadLine] = field(default_factory=list)
+    commands: list[CommandFile] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.events) + len(self.bad) + len(self.commands)
+
+    def __bool__(self) -> bool:
+        return bool(self.events or self.bad or self.commands)
+
+    def extend(self, other: TailBatch) -> None:
+        """Append ``other``'s records after this batch's own."""
+        self.events.extend(other.events)
+        self.bad.extend(other.bad)
+        self.commands.extend(other.commands)
