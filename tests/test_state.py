@@ -39,7 +39,8 @@ from ckptdash.events import (
     encode_command,
 )
 from ckptdash.rundir import RunDir
-from ckptdash.state import SERIES_POINTS, RunState
+from ckptdash.state import RunState
+from ckptdash.state_series import SERIES_POINTS
 from ckptdash.tail import CommandFile, RunTailer, TailBatch
 from ckptdash.writer import EventWriter
 
