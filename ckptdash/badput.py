@@ -175,7 +175,7 @@ def compute(
         nxt = spans[i + 1][0] if i + 1 < len(spans) else None
         span_end = max(start, nxt if nxt is not None else run_end)
         if nxt is not None:
-            outcome = a.outcome if a.ended_at is not None else "lost"
+            outcome: str = a.outcome if a.ended_at is not None else "lost"
         elif open_ended:
             outcome = "running" if running else "stale"
         else:

@@ -36,6 +36,7 @@ from ckptdash.records import AttemptInfo
 from ckptdash.resume import choose_resume, find_recorded, load_state
 from ckptdash.rundir import RunDir, find_runs
 from ckptdash.state import RunState
+from ckptdash.state_checkpoints import checkpoint_order
 from ckptdash.terminal import printable_output
 
 EXIT_USAGE = 2
@@ -471,7 +472,7 @@ def render_status(
         )
     )
     lines.append("")
-    ckpts = sorted(state.checkpoints.values(), key=lambda c: (c.step or 0, c.t or 0))
+    ckpts = sorted(state.checkpoints.values(), key=checkpoint_order)
     lines.append(
         _table(
             ["step", "trigger", "status", "size", "save s", "attempt", "path"],

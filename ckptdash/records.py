@@ -6,8 +6,20 @@ resume rule, the run guard and the CLI read. Nothing here reads events; see
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal, TypeAlias
 
 from ckptdash.events import BadLine
+
+AttemptOutcome: TypeAlias = Literal["running", "finished", "stopped", "failed", "lost"]
+"""How an attempt ended (:attr:`AttemptInfo.outcome`)."""
+CheckpointStatus: TypeAlias = Literal["saved", "saving", "failed", "removed", "invalid"]
+"""Where a checkpoint path stands (:attr:`CheckpointInfo.status`)."""
+CommandStatus: TypeAlias = Literal[
+    "pending", "received", "applied", "rejected", "expired", "malformed"
+]
+"""Where a command stands (:attr:`CommandInfo.status`)."""
+AlertEvent: TypeAlias = Literal["alert_raised", "alert_cleared", "action_taken"]
+"""The event an :class:`AlertRecord` comes from."""
 
 
 @dataclass
@@ -31,7 +43,7 @@ class AttemptInfo:
     requeue_budget: int | None = None
     started_at: float | None = None
     ended_at: float | None = None
-    outcome: str = "running"
+    outcome: AttemptOutcome = "running"
     end_reason: str = ""
     resumed_from: str | None = None
     resume_reason: str = ""
@@ -55,7 +67,7 @@ class CheckpointInfo:
     """
 
     path: str
-    status: str
+    status: CheckpointStatus
     step: int | None = None
     epoch: int | None = None
     trigger: str = ""
@@ -122,7 +134,7 @@ class CommandInfo:
     """
 
     id: str
-    status: str
+    status: CommandStatus
     command: str = ""
     location: str | None = None
     author: str = ""
@@ -228,7 +240,7 @@ class AlertRecord:
     """An ``alert_raised`` / ``alert_cleared`` / ``action_taken`` event, as the log has it."""
 
     t: float
-    event: str
+    event: AlertEvent
     alert: str
     attempt: int
     source: str

@@ -39,7 +39,8 @@ from ckptdash.events import (
     encode_command,
 )
 from ckptdash.rundir import RunDir
-from ckptdash.state import SERIES_POINTS, RunState
+from ckptdash.state import RunState
+from ckptdash.state_series import SERIES_POINTS
 from ckptdash.tail import CommandFile, RunTailer, TailBatch
 from ckptdash.writer import EventWriter
 
@@ -453,3 +454,23 @@ def test_state_module_imports_only_the_schema() -> None:
     assert ours == {"ckptdash", "ckptdash.events", "ckptdash.records"}
     others = {name.split(".")[0] for name in imported} - {"ckptdash", "msgspec", "__future__"}
     assert others <= set(sys.stdlib_module_names), others
+
+
+def test_state_parts_import_only_the_schema_and_each_other() -> None:
+    """The modules RunState is split into (ckptdash/state_*.py) keep state.py's rule: the
+    stdlib, msgspec, ckptdash.events, the records and each other at run time; no Panel, no
+    files."""
+    parts = sorted(Path(state_module.__file__ or "").parent.glob("state_*.py"))
+    assert len(parts) >= 6, parts
+    for part in parts:
+        imported = set()
+        for node in ast.parse(part.read_text()).body:
+            if isinstance(node, ast.Import):
+                imported |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                imported.add(node.module)
+        ours = {name for name in imported if name.split(".")[0] == "ckptdash"}
+        allowed = {"ckptdash", "ckptdash.events", "ckptdash.records"}
+        assert all(n in allowed or n.startswith("ckptdash.state_") for n in ours), (part, ours)
+        others = {name.split(".")[0] for name in imported} - {"ckptdash", "msgspec", "__future__"}
+        assert others <= set(sys.stdlib_module_names), (part, others)

@@ -35,6 +35,7 @@ from ckptdash.records import (
 )
 from ckptdash.resume import ResumeChoice, choose_resume
 from ckptdash.state import RunState
+from ckptdash.state_checkpoints import checkpoint_order
 
 _CKPT_KINDS: Final = (
     "checkpoint_started",
@@ -62,7 +63,7 @@ class RunSnapshot:
     version: int
     attempts: tuple[AttemptInfo, ...]
     checkpoints: tuple[CheckpointInfo, ...]
-    """Newest first, by (step, time)."""
+    """Newest first (:func:`~ckptdash.state_checkpoints.checkpoint_order` reversed)."""
     signals: tuple[SignalInfo, ...]
     requeues: tuple[RequeueInfo, ...]
     exceptions: tuple[ExceptionInfo, ...]
@@ -171,13 +172,7 @@ class SnapshotBuilder:
         checkpoints = (
             old.checkpoints
             if old is not None and same(1)
-            else tuple(
-                sorted(
-                    state.checkpoints.values(),
-                    key=lambda c: (-1 if c.step is None else c.step, c.t or 0.0, c.path),
-                    reverse=True,
-                )
-            )
+            else tuple(sorted(state.checkpoints.values(), key=checkpoint_order, reverse=True))
         )
         commands = (
             old.commands

@@ -22,7 +22,8 @@ from ckptdash.dash.metrics_plot import (
 from ckptdash.dash.model import DashModel
 from ckptdash.dash.table import checkpoint_frame
 from ckptdash.dash.views import RunList
-from ckptdash.state import SERIES_POINTS, RunState
+from ckptdash.state import RunState
+from ckptdash.state_series import SERIES_POINTS
 from tests.dash.conftest import T0, Scenario, ev, preempted_run, saved
 
 WaitUntil = Callable[..., None]
