@@ -19,6 +19,7 @@ directory's settings at that moment, so a click just before preemption counts).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -33,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from ckptdash import control
-from ckptdash.errors import CheckpointChoiceError, CkptDashError
+from ckptdash.errors import CheckpointChoiceError, CkptDashError, RunDirError
 from ckptdash.events import (
     AnomalyDetected,
     CheckpointDirDeclared,
@@ -61,7 +62,7 @@ from ckptdash.rundir import RunDir
 from ckptdash.tail import MAX_LINE_BYTES
 from ckptdash.train import anomaly, dist
 from ckptdash.train.config import ConfigError, SignalAction, TrainConfig
-from ckptdash.train.guard import RunGuard
+from ckptdash.train.guard import Claimant, RunGuard
 from ckptdash.train.recovery import recover
 from ckptdash.train.scheduler import Scheduler, detect
 from ckptdash.train.signals import SignalRecorder, signal_number
@@ -230,7 +231,20 @@ class Session:
             return
         self._started = True
         self._max_steps = max_steps
-        run_guard = RunGuard(self)
+        run_guard = RunGuard(
+            Claimant(
+                run=self.run,
+                rank=self.rank,
+                host=self.host,
+                pid=os.getpid(),
+                job_id=self.scheduler.job_id,
+                scheduler=self.scheduler.name,
+                attempt=self.attempt,
+                stale_after_s=float(self.config.stale_after_s),
+            )
+        )
+        if run_guard.refusal is not None:
+            self._refuse(run_guard.refusal, recorded=False)
         started = None
         if self.rank == 0:
             started = self.writer.emit(
@@ -242,14 +256,24 @@ class Session:
                 max_steps=max_steps,
                 requeue_budget=self.config.max_attempts,
             )
-        run_guard.confirm(started)
+        refusal = run_guard.confirm(started)
+        if refusal is not None:
+            self._refuse(refusal, recorded=True)
         if self.rank == 0 and started is not None and run_guard.view is not None:
             self._seen_commands = {
                 cid
                 for cid, c in run_guard.view.state.commands.items()
                 if c.received_at is not None or c.resolved_at is not None or c.location == "claimed"
             }
-            recover(self, run_guard.view, started.t)  # orphaned commands, interrupted saves
+            # Orphaned commands, interrupted saves.
+            recover(
+                self.run,
+                self.writer,
+                run_guard.view,
+                attempt=self.attempt,
+                started_at=started.t,
+                complete=self.complete_command,
+            )
             self.declare_checkpoint_dir(self.config.checkpoint_path)
         if install_signals:
             self.signals.install()
@@ -262,6 +286,21 @@ class Session:
                 period_s=self.config.pulse_interval_s,
                 hung_after_s=self.config.hung_after_s,
             ).start()
+
+    def _refuse(self, message: str, *, recorded: bool) -> None:
+        """Refuse to start beside another live job (every rank): this session writes nothing
+        more (Lightning calls teardown -> close() even when setup raised)."""
+        writer = self._writer
+        if writer is not None:
+            if recorded:
+                writer.emit(RunFailed, error=f"refused to start: {message}")
+            writer.close()
+            if not recorded:
+                with contextlib.suppress(OSError):
+                    if os.stat(writer.path).st_size == 0:
+                        os.unlink(writer.path)  # nothing written: leave no trace
+        self._closed = True
+        raise RunDirError(message)
 
     def also_handle(self, name: str, action: SignalAction) -> None:
         """Handle signal ``name`` with ``action`` too (before the handlers are installed), e.g.
