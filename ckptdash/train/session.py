@@ -161,6 +161,7 @@ class Session:
         }
         self.step = 0
         self.epoch: int | None = None
+        # The one pending decision, read by Monitor and the Lightning callback alike.
         self.decision: Decision | None = None
         self.stop_reason: str | None = None
         self._pending = _Pending()
@@ -530,24 +531,27 @@ class Session:
         self._in_flight.extend(pending.commands)
         self._pending = _Pending()
         if bad:  # before a signal's save: saving a diverged model would make it the newest
-            self.decision = Decision(
+            decision = Decision(
                 trigger="exception", stop=True, requeue=bad == 2, reason="anomaly", save=False
             )
         elif signal_code != _NO_SIGNAL:
             requeue = signal_code == _REQUEUE
-            self.decision = Decision(
+            decision = Decision(
                 trigger="signal",
                 stop=self.config.exit_on_signal,
                 requeue=requeue,
                 reason="preempted" if requeue else "terminated",
             )
         elif manual or stop:
-            self.decision = Decision(
+            decision = Decision(
                 trigger="manual", stop=bool(stop), requeue=False, reason="stopped by command"
             )
         else:
-            self.decision = None
-        return self.decision
+            return None
+        # Pending until a save answers it (after_save/save_failed): a check that finds
+        # nothing new leaves it for the caller's save; a new decision replaces it.
+        self.decision = decision
+        return decision
 
     def _retune(self, now: float) -> None:
         # Derive the number of steps between checks from the measured step time, so the
