@@ -24,10 +24,11 @@ from typing import Any, Final
 from ckptdash.events import CheckpointRemoved, CheckpointSaved, Trigger
 from ckptdash.train.async_save import AsyncSaver
 from ckptdash.train.config import TrainConfig
+from ckptdash.train.decision import Decision
 from ckptdash.train.forward import forward_to_children
 from ckptdash.train.saving import META_KEY, durable_existing, record_save, save_atomic
 from ckptdash.train.scheduler import Scheduler
-from ckptdash.train.session import Decision, Session
+from ckptdash.train.session import Session
 from ckptdash.train.signals import signal_name
 from ckptdash.train.ticker import Ticker
 

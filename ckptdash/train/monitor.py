@@ -30,9 +30,10 @@ from ckptdash.resume import ResumeChoice
 from ckptdash.train import dist, publish
 from ckptdash.train.async_save import AsyncSaver, SaveHandle
 from ckptdash.train.config import TrainConfig
+from ckptdash.train.decision import Decision
 from ckptdash.train.saving import META_KEY, durable_existing, record_save, save_atomic
 from ckptdash.train.scheduler import Scheduler
-from ckptdash.train.session import Decision, Session
+from ckptdash.train.session import Session
 
 
 class Monitor:
