@@ -25,9 +25,11 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 from ckptdash import control
+from ckptdash.events import AnomalyDetected
 from ckptdash.records import CheckpointInfo
 from ckptdash.resume import ValidateMode, check_checkpoint, load_state
 from ckptdash.rundir import RunDir
+from ckptdash.writer import EventWriter
 
 AnomalyAction = Literal["record", "stop", "rollback"]
 ANOMALY_ACTIONS: Final[tuple[str, ...]] = ("record", "stop", "rollback")
@@ -120,3 +122,31 @@ def clear_used_rollback_pin(run: RunDir, loaded: str) -> None:
             control.update_settings(run, resume_pin=None, author=ROLLBACK_AUTHOR + " (used)")
     except Exception:  # the pin is a convenience: never fail a resume over it
         return
+
+
+def respond(run: RunDir, writer: EventWriter, found: Anomaly, action: AnomalyAction) -> int:
+    """Record ``found`` and act as ``action`` says (rank 0). Returns what the ranks must
+    agree on: 0 go on, 1 stop, 2 roll back (stop and requeue to the pinned checkpoint)."""
+    reason, pinned = found.reason, None
+    if action == "rollback":
+        try:
+            target = rollback_target(run, found)
+            if target is not None:
+                pin_for_rollback(run, target.path, found.step)
+                pinned = target.path
+        except Exception as exc:  # no pin: stop without requeue rather than resume diverged
+            reason += f"; could not pin a checkpoint: {exc}"
+        if pinned is None and "could not pin" not in reason:
+            reason += "; no valid checkpoint before it to roll back to: stopping only"
+    writer.emit(
+        AnomalyDetected,
+        step=found.step,
+        metric=found.metric,
+        value=found.value,
+        reason=reason,
+        action=action,
+        pinned=pinned,
+    )
+    if action == "record":
+        return 0
+    return 2 if pinned is not None else 1

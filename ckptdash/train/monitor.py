@@ -30,9 +30,10 @@ from ckptdash.resume import ResumeChoice
 from ckptdash.train import dist, publish
 from ckptdash.train.async_save import AsyncSaver, SaveHandle
 from ckptdash.train.config import TrainConfig
+from ckptdash.train.decision import Decision
 from ckptdash.train.saving import META_KEY, durable_existing, record_save, save_atomic
 from ckptdash.train.scheduler import Scheduler
-from ckptdash.train.session import Decision, Session
+from ckptdash.train.session import Session
 
 
 class Monitor:
@@ -61,8 +62,7 @@ class Monitor:
         self.session = Session(config, scheduler=scheduler)
         self.session.start(max_steps=max_steps, install_signals=install_signals)
         self._resume: ResumeChoice | None = None
-        self._decision: Decision | None = None
-        self._stop = False
+        self._stopped = False  # stop() was called; a decided stop is the session's
         self._saver: AsyncSaver | None = None
         self._declared: set[Path] = set()
         self._announced: set[str] = set()  # paths record_started() announced, awaiting record()
@@ -109,20 +109,17 @@ class Monitor:
         decision = self.session.boundary(step, epoch, metrics)
         if decision is not None and not decision.save:  # an anomaly: stop, nothing to save
             self.session.after_save(None)
-            self._stop = self._stop or decision.stop
-        elif decision is not None:
-            self._decision = decision
         return decision
 
     @property
     def should_save(self) -> bool:
         """A save was decided (signal or command): call :meth:`save` before the next step."""
-        return self._decision is not None
+        return self.session.decision is not None
 
     @property
     def should_stop(self) -> bool:
         """Training should end now (after a signal save, or a Stop after save command)."""
-        return self._stop
+        return self._stopped or self.session.stop_reason is not None
 
     @property
     def attempt(self) -> int:
@@ -146,7 +143,7 @@ class Monitor:
         if self._saver is not None:
             self._saver.wait()  # after the background saves: a path's newest save wins
         session = self.session
-        decision = self._decision
+        decision = session.decision
         trig: Trigger = trigger or (decision.trigger if decision else "api")
         target = Path(path) if path else self.config.checkpoint_path / f"step={session.step}.ckpt"
         if isinstance(state, dict):
@@ -165,13 +162,10 @@ class Monitor:
                 )
             except BaseException as exc:
                 if decision is not None:
-                    self._decision = None
                     session.save_failed(exc)
                 raise
         if decision is not None and (trigger is None or trigger == decision.trigger):
-            self._decision = None
             session.after_save(saved, str(target))
-            self._stop = self._stop or decision.stop
         return saved
 
     def save_async(
@@ -199,7 +193,7 @@ class Monitor:
         >>> handle = monitor.save_async({"model": model.state_dict()})  # doctest: +SKIP
         """
         session = self.session
-        decision = self._decision
+        decision = session.decision
         trig: Trigger = trigger or (decision.trigger if decision else "api")
         target = Path(path) if path else self.config.checkpoint_path / f"step={session.step}.ckpt"
         if decision is not None and (trigger is None or trigger == decision.trigger):
@@ -339,7 +333,7 @@ class Monitor:
             )
 
     def _trigger(self, trigger: Trigger | None) -> Trigger:
-        decision = self._decision
+        decision = self.session.decision
         return trigger or (decision.trigger if decision else "api")
 
     def _settle(
@@ -350,15 +344,13 @@ class Monitor:
         error: BaseException | None,
     ) -> None:
         """Answer the pending decision with this save's outcome, as :meth:`save` does."""
-        decision = self._decision
+        decision = self.session.decision
         if decision is None or (trigger is not None and trigger != decision.trigger):
             return
-        self._decision = None
         if error is not None:
             self.session.save_failed(error)
             return
         self.session.after_save(saved, path)
-        self._stop = self._stop or decision.stop
 
     def declare_checkpoint_dir(self, path: str | os.PathLike[str]) -> None:
         """Tell the run that checkpoints live in ``path`` too (a framework's output folder),
@@ -370,7 +362,7 @@ class Monitor:
 
     def stop(self) -> None:
         """Ask the loop to end (sets :attr:`should_stop`)."""
-        self._stop = True
+        self._stopped = True
 
     def close(self, error: BaseException | None = None) -> None:
         """Wait for the saves in flight, record how the attempt ended, restore the handlers."""

@@ -36,10 +36,10 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from ckptdash import control
 from ckptdash.events import (
@@ -49,11 +49,10 @@ from ckptdash.events import (
     CommandExpired,
     CommandRejected,
 )
-from ckptdash.rundir import TEMP_PREFIX
-from ckptdash.train.guard import LogView, process_alive
-
-if TYPE_CHECKING:
-    from ckptdash.train.session import Session
+from ckptdash.rundir import TEMP_PREFIX, RunDir
+from ckptdash.train.logview import LogView
+from ckptdash.train.process import process_alive
+from ckptdash.writer import EventWriter
 
 _ANSWERED: Final = frozenset({"applied", "rejected", "expired"})
 
@@ -68,13 +67,22 @@ class TempFile:
     pid: int | None
 
 
-def recover(session: Session, view: LogView, started_at: float) -> None:
+def recover(
+    run: RunDir,
+    writer: EventWriter,
+    view: LogView,
+    *,
+    attempt: int,
+    started_at: float,
+    complete: Callable[[control.Claimed], None],
+) -> None:
     """Settle what earlier attempts left unanswered (rank 0, right after ``run_started``).
 
-    ``started_at`` is this attempt's start: only leftovers older than it are touched.
+    ``writer`` records each outcome; ``attempt`` and ``started_at`` are this attempt's
+    number and start: only leftovers older than it are touched. ``complete`` moves an
+    answered command to ``done/`` (reporting, not raising, when it cannot).
     """
-    writer = session.writer
-    for orphan in control.orphans(session.run):
+    for orphan in control.orphans(run):
         known = view.state.commands.get(orphan.id)
         if known is not None and known.status in _ANSWERED:
             pass  # its outcome is in the log already: only the move to done/ was missing
@@ -87,7 +95,7 @@ def recover(session: Session, view: LogView, started_at: float) -> None:
                 command=orphan.command_name,
                 reason="claimed by an attempt that ended before answering it",
             )
-        session.complete_command(orphan)
+        complete(orphan)
 
     # Only where this run keeps checkpoints: a stray record must not make us delete elsewhere.
     targets = {os.path.abspath(p) for p in view.checkpoints if not view.state.outside(p)}
@@ -109,7 +117,7 @@ def recover(session: Session, view: LogView, started_at: float) -> None:
         writer.emit(CheckpointFailed, step=ev.step, path=path, trigger=ev.trigger, error=error)
     for temps in by_target.values():
         for tmp in temps:
-            _report_unclaimed(session, tmp)
+            _report_unclaimed(writer, attempt, tmp)
 
 
 def remove_temp_files(
@@ -185,11 +193,11 @@ def _names(temps: list[TempFile]) -> str:
     return ", ".join(f"{t.path.name} ({t.size_bytes} bytes)" for t in temps)
 
 
-def _report_unclaimed(session: Session, tmp: TempFile) -> None:
-    session.writer.emit(
+def _report_unclaimed(writer: EventWriter, attempt: int, tmp: TempFile) -> None:
+    writer.emit(
         CheckpointRemoved,
         path=str(tmp.path),
         reason=f"leftover temp file of an interrupted write ({tmp.size_bytes} bytes,"
         f" pid {tmp.pid if tmp.pid is not None else '?'}); removed when attempt"
-        f" {session.attempt} started",
+        f" {attempt} started",
     )

@@ -1,0 +1,213 @@
+"""Recording every checkpoint Lightning writes: the CheckpointIO wrappers and the sharded
+strategies' own saves, each stamped with ckptdash's metadata and recorded with its trigger."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any, Final, Protocol
+
+from ckptdash.events import CheckpointRemoved, CheckpointSaved, Trigger
+from ckptdash.lightning_.compat import CheckpointIO, TorchCheckpointIO
+from ckptdash.train.async_save import AsyncSaver
+from ckptdash.train.saving import META_KEY, durable_existing, record_save, save_atomic
+from ckptdash.train.session import Session
+
+# The file name _MultiProcessingLauncher gives the weights a ddp_spawn worker hands back.
+_SPAWN_HANDOVER_NAME: Final = ".temp.ckpt"
+
+
+class SaveSource(Protocol):
+    """What the wrappers need of the callback that installed them."""
+
+    _forced_trigger: Trigger | None
+    """The trigger of the save ckptdash itself decided and is making now, else None."""
+
+    def trigger_now(self) -> Trigger: ...
+
+    def on_checkpoint_saved(self, event: CheckpointSaved) -> None: ...
+
+
+class RecordingCheckpointIO(CheckpointIO):
+    """Wraps a CheckpointIO: records every save/remove; saves atomically where it can.
+
+    For Lightning's default ``TorchCheckpointIO`` ckptdash writes the same
+    ``torch.save`` file itself, atomically and with the checksum computed while
+    writing. Any other IO writes as it always did; ckptdash then fsyncs the
+    result and reads it once for the checksum.
+    """
+
+    def __init__(
+        self,
+        inner: Any,
+        session: Session,
+        callback: SaveSource,
+        saver: AsyncSaver | None = None,
+    ) -> None:
+        super().__init__()
+        self.inner = inner
+        self.session = session
+        self.callback = callback
+        self.saver = saver
+        """ckptdash's own background saves (``async_save=True``): stage here, persist later."""
+
+    def save_checkpoint(
+        self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None
+    ) -> None:
+        if is_spawn_handover(path):
+            # ddp_spawn hands the final weights to its launcher through a temp file that the
+            # launcher deletes at once: not a checkpoint anyone can resume from.
+            self.inner.save_checkpoint(checkpoint, path, storage_options=storage_options)
+            return
+        declare_dir_of(self.session, path)
+        if type(self.inner) is not TorchCheckpointIO or storage_options is not None:
+            record_written(
+                self.session,
+                self.callback,
+                checkpoint,
+                path,
+                lambda: self.inner.save_checkpoint(
+                    checkpoint, path, storage_options=storage_options
+                ),
+            )
+            return
+        meta = stamp(self.session, self.callback, checkpoint)
+        trigger: Trigger = meta["trigger"]
+        if self.saver is not None and self.callback._forced_trigger is not None:
+            # A save ckptdash decided is waited for before it answers or requeues: written
+            # directly (after the saves in flight), it is durable sooner than staged first.
+            # An earlier background failure must not stop it (a preemption is coming).
+            self.saver.wait()
+        elif self.saver is not None:
+            raise_failed(self.saver)  # like AsyncCheckpointIO: a failed save ends fit()
+            self.saver.submit(
+                self.session.writer,
+                checkpoint,
+                os.fspath(path),
+                trigger=trigger,
+                step=meta.get("step"),
+                epoch=checkpoint.get("epoch"),
+                on_saved=self.callback.on_checkpoint_saved,
+            )
+            return
+        saved = save_atomic(
+            self.session.writer,
+            checkpoint,
+            os.path.abspath(os.fspath(path)),
+            trigger=trigger,
+            step=meta.get("step"),
+            epoch=checkpoint.get("epoch"),
+        )
+        if saved is not None:
+            self.callback.on_checkpoint_saved(saved)
+
+    def load_checkpoint(self, path: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        out: dict[str, Any] = self.inner.load_checkpoint(path, *args, **kwargs)
+        return out
+
+    def remove_checkpoint(self, path: Any) -> None:
+        if self.saver is not None:
+            self.saver.wait()  # never remove a file a background save is still writing
+        self.inner.remove_checkpoint(path)
+        self.session.writer.emit(
+            CheckpointRemoved, path=os.path.abspath(os.fspath(path)), reason="removed by Lightning"
+        )
+
+    def teardown(self) -> None:
+        self.inner.teardown()
+
+
+def record_written(
+    session: Session,
+    callback: SaveSource,
+    checkpoint: dict[str, Any],
+    path: Any,
+    write_files: Callable[[], object],
+    *,
+    lead: bool = True,
+) -> None:
+    """Record a save that other code writes (a custom CheckpointIO, a sharded strategy): stamp
+    ckptdash's metadata into ``checkpoint``, run ``write_files``, then on the ``lead`` rank fsync
+    what it wrote (a file, or a directory of shards) and record it as saved."""
+    meta = stamp(session, callback, checkpoint)
+    target = os.path.abspath(os.fspath(path))
+    declare_dir_of(session, target)
+
+    def write() -> tuple[int, str]:
+        write_files()
+        return durable_existing(target) if lead else (0, "")
+
+    saved = record_save(
+        session.writer if lead else None,
+        target,
+        trigger=meta["trigger"],
+        step=meta.get("step"),
+        epoch=checkpoint.get("epoch"),
+        write=write,
+    )
+    if saved is not None:
+        callback.on_checkpoint_saved(saved)
+
+
+def declare_dir_of(session: Session, path: Any) -> None:
+    """Declare the folder a checkpoint is saved in, so its record counts as this run's."""
+    session.declare_checkpoint_dir(os.path.dirname(os.path.abspath(os.fspath(path))))
+
+
+def is_spawn_handover(path: Any) -> bool:
+    """Whether ``path`` is the ``<tmp>/.temp.ckpt`` a ddp_spawn worker writes for its launcher."""
+    return bool(os.path.basename(os.fspath(path)) == _SPAWN_HANDOVER_NAME)
+
+
+def stamp(session: Session, callback: SaveSource, checkpoint: dict[str, Any]) -> Any:
+    """ckptdash's metadata in ``checkpoint`` (kept if a wrapper stamped it first), at the step
+    the checkpoint itself holds: between checks the session's own step may lag behind."""
+    step = checkpoint.get("global_step")
+    if isinstance(step, int):
+        session.step = step
+    return checkpoint.setdefault(META_KEY, session.metadata(callback.trigger_now()))
+
+
+def writes_shards(strategy: Any) -> bool:
+    """Whether ``strategy`` saves a directory of shards itself instead of through its IO."""
+    return (
+        getattr(strategy, "_state_dict_type", None) == "sharded"  # FSDPStrategy
+        or getattr(strategy, "_save_distributed_checkpoint", False) is True  # ModelParallel
+        or type(strategy).__name__ == "DeepSpeedStrategy"
+    )
+
+
+def raise_failed(saver: AsyncSaver) -> None:
+    for failed in saver.take_failures():
+        assert failed.error is not None
+        raise failed.error
+
+
+def flush_async(io: Any) -> None:
+    """Wait for the saves an AsyncCheckpointIO queued (re-raise a failed one), or ckptdash's
+    own background saves (their failures are events; the next save raises them)."""
+    if isinstance(io, RecordingCheckpointIO) and io.saver is not None:
+        io.saver.wait()
+    if not isinstance(io, TaggingCheckpointIO):
+        return
+    inner = io.inner
+    executor = getattr(inner, "_executor", None)
+    if executor is not None:
+        executor.submit(lambda: None).result()  # one worker, in order: queued saves are done
+    error = getattr(inner, "_error", None)
+    if error is not None:
+        raise error
+
+
+class TaggingCheckpointIO(RecordingCheckpointIO):
+    """Outside an AsyncCheckpointIO: stamps the trigger on the caller's thread, then queues."""
+
+    def save_checkpoint(
+        self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None
+    ) -> None:
+        stamp(self.session, self.callback, checkpoint)
+        declare_dir_of(self.session, path)  # here, not in the worker thread
+        self.inner.save_checkpoint(checkpoint, path, storage_options=storage_options)
+
+    def remove_checkpoint(self, path: Any) -> None:
+        self.inner.remove_checkpoint(path)  # the inner recorder reports it

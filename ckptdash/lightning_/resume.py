@@ -1,0 +1,46 @@
+"""ckptdash's resume rule inside Lightning's fit(): judging the ``ckpt_path`` it resolved."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, Final
+
+from ckptdash.lightning_.frames import UNKNOWN, given_ckpt_path
+from ckptdash.train.session import Session
+
+_HPC_NAME: Final = re.compile(r"^hpc_ckpt_\d+\.ckpt$")
+
+
+def hook_resume(trainer: Any, session: Session) -> None:
+    """Make the trainer's checkpoint connector resume from ckptdash's choice (or the user's
+    validated ``ckpt_path``) and record the resume."""
+    # Lightning picks the path inside fit() before any hook runs, then hands it to
+    # resume_start(); this is the one place a callback can apply its own rule.
+    connector = trainer._checkpoint_connector
+    original = connector.resume_start
+
+    def resume_start(checkpoint_path: Any = None, *args: Any, **kwargs: Any) -> Any:
+        path = checkpoint_path
+        given = given_ckpt_path(trainer)
+        hpc = path is not None and _HPC_NAME.match(Path(os.fspath(path)).name) is not None
+        if given is None or (given is UNKNOWN and (path is None or hpc)):
+            # No choice of the user's: ckptdash's rule, over Lightning's own picks (an
+            # old hpc_ckpt_N on SLURM, "last" when OnExceptionCheckpoint is there).
+            choice = session.choose_resume()
+            lightning_pick = f" (instead of Lightning's {Path(path).name})" if path else ""
+            path, reason = choice.path, choice.reason + lightning_pick
+        elif path is not None:
+            # The user's explicit choice is respected, once it validates.
+            reason = session.check_given(os.fspath(path))
+        # else: the user asked (e.g. "last") and Lightning found nothing: load nothing.
+        result = original(path, *args, **kwargs)
+        if path is not None:
+            loaded = getattr(connector, "_loaded_checkpoint", None) or {}
+            step = loaded.get("global_step")
+            step = step if isinstance(step, int) else None
+            session.record_resumed(os.fspath(path), reason, step=step)
+        return result
+
+    connector.resume_start = resume_start

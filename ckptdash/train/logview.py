@@ -1,0 +1,69 @@
+"""The run's log as the start of an attempt reads it: replayed once, then kept current.
+
+:class:`~ckptdash.train.guard.RunGuard` replays it to see which other jobs are
+live; :func:`~ckptdash.train.recovery.recover` reads the same replay to settle
+what crashed attempts left behind.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Final
+
+from ckptdash import events as ev_
+from ckptdash.events import Event
+from ckptdash.rundir import RunDir
+from ckptdash.state import RunState
+from ckptdash.tail import RunTailer
+
+_CKPT_TYPES: Final = frozenset(
+    {
+        ev_.CheckpointStarted,
+        ev_.CheckpointSaved,
+        ev_.CheckpointFailed,
+        ev_.CheckpointRemoved,
+        ev_.CheckpointInvalid,
+    }
+)
+
+
+@dataclass
+class LogView:
+    """The run's log as the guard and the recovery need it, kept current by one tailer.
+
+    ``state`` is the replayed :class:`~ckptdash.state.RunState`; ``checkpoints``
+    maps each checkpoint path to its latest checkpoint event (by time; on a tie
+    an outcome counts as later than a start).
+    """
+
+    run: RunDir
+    state: RunState
+    tailer: RunTailer
+    checkpoints: dict[str, Event] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, run: RunDir) -> LogView:
+        view = cls(run, RunState(str(run.root), run.info().run_id, confine=True), RunTailer(run))
+        for batch in view.tailer.batches():
+            view._apply(batch.events)
+            view.state.apply(batch)
+        return view
+
+    def update(self) -> None:
+        """Read what was appended since the last look."""
+        batch = self.tailer.poll()
+        self._apply(batch.events)
+        self.state.apply(batch)
+
+    def _apply(self, events: list[Event]) -> None:
+        latest = self.checkpoints
+        for ev in events:
+            if type(ev) in _CKPT_TYPES:
+                path: str = ev.path  # type: ignore[attr-defined]
+                old = latest.get(path)
+                if old is None or _order(ev) >= _order(old):
+                    latest[path] = ev
+
+
+def _order(ev: Event) -> tuple[float, int]:
+    return ev.t, 0 if isinstance(ev, ev_.CheckpointStarted) else 1

@@ -1,0 +1,79 @@
+"""The requeue policy: whether this attempt may requeue its job now, and doing it.
+
+The policy is read fresh at the moment of the requeue (the run directory's settings
+may have changed since the start: a Suspend requeue click just before preemption
+counts), and every outcome is an event: ``requeue_issued`` or ``requeue_skipped``
+with the reason.
+"""
+
+from __future__ import annotations
+
+from ckptdash import control
+from ckptdash.events import RequeueIssued, RequeueSkipped
+from ckptdash.rundir import RunDir
+from ckptdash.train.config import TrainConfig
+from ckptdash.train.scheduler import Scheduler
+from ckptdash.writer import EventWriter
+
+
+def requeue(
+    writer: EventWriter,
+    config: TrainConfig,
+    run: RunDir,
+    scheduler: Scheduler,
+    *,
+    attempt: int,
+    step: int,
+) -> None:
+    """Requeue the job unless the policy refuses; record which (rank 0)."""
+    reason = refusal(config, run, scheduler, attempt=attempt)
+    if reason is not None:
+        writer.emit(RequeueSkipped, step=step, reason=reason)
+        return
+    result = scheduler.requeue()
+    if result.ok:
+        writer.emit(RequeueIssued, step=step, job_id=scheduler.job_id, command=result.command)
+    else:
+        writer.emit(
+            RequeueSkipped,
+            step=step,
+            reason=f"requeue command failed (`{result.command}` exit {result.returncode}):"
+            f" {result.output}",
+        )
+
+
+def refusal(config: TrainConfig, run: RunDir, scheduler: Scheduler, *, attempt: int) -> str | None:
+    """Why the job must not be requeued now, or None. ``attempt`` is the run's attempt
+    number, used for the budget only where the scheduler does not count restarts."""
+    if config.requeue == "off":
+        return "requeue is off in the configuration (TrainConfig.requeue='off')"
+    try:
+        settings = control.read_settings(run)
+    except Exception as exc:  # a broken settings file must not stop the save path
+        return f"settings unreadable, not requeueing to be safe: {exc}"
+    if settings.requeue_suspended:
+        who = f" by {settings.updated_by}" if settings.updated_by else ""
+        return f"suspended{who} in {run.settings}"
+    budget = config.max_attempts
+    # The budget is per job: its own restarts, not the attempts of earlier jobs in the run.
+    own = scheduler.attempt
+    attempt = own if own is not None else attempt
+    if budget is not None and attempt + 1 >= budget:
+        return (
+            f"requeue budget reached: attempt {attempt + 1} of {budget}"
+            " (raise TrainConfig.max_attempts to allow more)"
+        )
+    if not scheduler.can_requeue:
+        return f"no scheduler to requeue with ({scheduler.name})"
+    return None
+
+
+def plan(config: TrainConfig, scheduler: Scheduler) -> str:
+    """What a requeue signal will do about requeueing, as the start-up announcement says it."""
+    if config.requeue == "off":
+        return "off (TrainConfig.requeue='off')"
+    if not scheduler.can_requeue:
+        return f"impossible (no scheduler: {scheduler.name})"
+    budget = config.max_attempts
+    limit = f", at most {budget} attempts" if budget is not None else ""
+    return f"by ckptdash ({scheduler.name} job {scheduler.job_id}{limit})"
