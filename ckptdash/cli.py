@@ -29,7 +29,7 @@ from typing import Any
 
 import msgspec
 
-from ckptdash import __version__, control, health_cli, slurm_admin
+from ckptdash import __version__, control, fmt, health_cli, slurm_admin
 from ckptdash.demo import DEFAULT_STEPS
 from ckptdash.errors import CkptDashError
 from ckptdash.records import AttemptInfo
@@ -325,25 +325,12 @@ def render_run_lines(runs: list[RunDir], states: list[RunState], now: float | No
                 run_word(state, now),
                 "-" if newest is None else str(newest.attempt),
                 step,
-                _age(None if newest is None else newest.last_heartbeat_t, now),
+                fmt.rough_age(None if newest is None else newest.last_heartbeat_t, now),
                 "-" if best is None else f"{_rel(best.path, run.root)} (step {_opt(best.step)})",
             ]
         )
     header = ["RUN", "STATE", "ATTEMPT", "STEP / MAX", "LAST EVENT", "NEWEST SAVED CHECKPOINT"]
     return _table(header, rows)
-
-
-def _age(t: float | None, now: float) -> str:
-    if t is None:
-        return "-"
-    s = max(0.0, now - t)
-    if s < 120:
-        return f"{s:.0f} s ago"
-    if s < 7200:
-        return f"{s / 60:.0f} min ago"
-    if s < 172800:
-        return f"{s / 3600:.0f} h ago"
-    return f"{s / 86400:.0f} d ago"
 
 
 def _rel(path: str, root: Path) -> str:
@@ -461,7 +448,7 @@ def render_status(
                     str(a.attempt),
                     a.host,
                     a.job_id or "-",
-                    _ago(a.started_at, now),
+                    fmt.clock(a.started_at, "-"),
                     a.outcome + (f" ({a.end_reason})" if a.end_reason else ""),
                     _opt(a.step),
                     Path(a.resumed_from).name if a.resumed_from else "-",
@@ -480,7 +467,7 @@ def render_status(
                     _opt(c.step),
                     c.trigger,
                     c.status,
-                    _size(c.size_bytes),
+                    fmt.size(c.size_bytes, "-"),
                     "-" if c.duration_s is None else f"{c.duration_s:.2f}",
                     _opt(c.attempt),
                     _rel(c.path, run.root),
@@ -520,28 +507,12 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
     widths = [
         max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)
     ]
-    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-    return "\n".join(fmt.format(*r).rstrip() for r in [header, *rows])
+    row = "  ".join(f"{{:<{w}}}" for w in widths)
+    return "\n".join(row.format(*r).rstrip() for r in [header, *rows])
 
 
 def _opt(value: object) -> str:
     return "-" if value is None else str(value)
-
-
-def _size(n: int | None) -> str:
-    if n is None:
-        return "-"
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n = n / 1024  # type: ignore[assignment]
-    return str(n)
-
-
-def _ago(t: float | None, now: float) -> str:
-    if t is None:
-        return "-"
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
 
 
 # --- controls ----------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from bokeh.events import Tap
 from bokeh.models import ColumnDataSource, HoverTool
 from bokeh.plotting import figure
 
-from ckptdash.dash import text
+from ckptdash import fmt
 from ckptdash.dash.controls import Controls, button
 from ckptdash.dash.model import DashModel
 from ckptdash.dash.snapshot import RunSnapshot
@@ -106,7 +106,7 @@ def metrics_at_save(snap: RunSnapshot, c: CheckpointInfo) -> str:
     if p is None or not p.metrics:
         return ""
     values = [
-        f"{n} {text.number(v, 4) if abs(v) < 1e4 else f'{v:.3g}'}"
+        f"{n} {fmt.number(v, 4) if abs(v) < 1e4 else f'{v:.3g}'}"
         for n in sorted(p.metrics, key=_order)
         if (v := _value(p, n)) is not None
     ]

@@ -15,7 +15,7 @@ import pandas as pd
 import panel as pn
 from bokeh.models.widgets.tables import NumberFormatter
 
-from ckptdash import badput
+from ckptdash import badput, fmt
 from ckptdash.dash import goodput, text
 from ckptdash.dash.frames import NUMBER, TEXT, typed_frame
 from ckptdash.dash.model import DashModel, rates, run_status
@@ -156,18 +156,18 @@ def render_header(model: DashModel) -> str:
         cells += [
             ("scheduler · job", job),
             ("attempt", f"{a.attempt}{budget if a.requeue_budget else ''}"),
-            ("host", esc(a.host or text.DASH)),
+            ("host", esc(a.host or fmt.DASH)),
         ]
-    step = text.number(r.step)
+    step = fmt.number(r.step)
     if r.max_steps:
-        step += f" <span class='muted'>/ {text.number(r.max_steps)}</span>"
+        step += f" <span class='muted'>/ {fmt.number(r.max_steps)}</span>"
     cells += [
         ("step", step),
-        ("epoch", text.number(r.epoch)),
-        ("steps/s", text.number(r.steps_per_s)),
-        ("ETA", text.duration(r.eta_s)),
-        ("time left (limit)", text.duration(r.time_left_s)),
-        ("last event", text.age(snap.last_seen, now)),
+        ("epoch", fmt.number(r.epoch)),
+        ("steps/s", fmt.number(r.steps_per_s)),
+        ("ETA", fmt.duration(r.eta_s)),
+        ("time left (limit)", fmt.duration(r.time_left_s)),
+        ("last event", fmt.age(snap.last_seen, now)),
     ]
     settings = snap.settings
     if settings is None:
@@ -197,7 +197,7 @@ def render_header(model: DashModel) -> str:
             f" <span class='muted'>— {esc(choice.reason)}</span></div>"
         )
     bad = sum(snap.bad_lines.values())
-    tail = f"{text.number(snap.events_total)} events"
+    tail = f"{fmt.number(snap.events_total)} events"
     if bad:
         tail += f", <span class='problem'>{bad} unreadable line(s) skipped</span>"
     return (
@@ -274,7 +274,7 @@ class RunList(pn.viewable.Viewer):  # type: ignore[misc]
                     "status": run_status(r, now, stale)[0],
                     "attempt": None if newest is None else newest.attempt,
                     "step": None if newest is None else newest.step,
-                    "last event": text.age(r.last_seen, now),
+                    "last event": fmt.age(r.last_seen, now),
                     "events": r.events_total,
                     "goodput": _goodput_of(r, now),
                 }
@@ -318,18 +318,18 @@ class GoodputView(HtmlView):
 
 def render_goodput(g: goodput.Goodput) -> str:
     """The goodput panel's HTML."""
-    d = text.duration
+    d = fmt.duration
     lines = [
         "<h4>Goodput</h4>",
-        f"<div>saving: <b>{text.percent(g.saving_share)}</b> of {d(g.wall_s)} wall time"
+        f"<div>saving: <b>{fmt.percent(g.saving_share)}</b> of {d(g.wall_s)} wall time"
         f" <span class='muted'>({g.saves} saves, {d(g.saving_s)})</span></div>",
     ]
     n = len(g.preemptions)
-    rate = f"{g.per_hour:.2f} /h" if g.per_hour is not None else text.DASH
+    rate = f"{g.per_hour:.2f} /h" if g.per_hour is not None else fmt.DASH
     unwarned = f", {g.unwarned} without a signal" if g.unwarned else ""
     lines.append(
         f"<div>preemptions: <b>{n}</b> <span class='muted'>({rate}{unwarned})</span>"
-        f" · work lost: <b>{d(g.lost_s) if n else text.DASH}</b></div>"
+        f" · work lost: <b>{d(g.lost_s) if n else fmt.DASH}</b></div>"
     )
     if g.young_s is not None:
         interval = d(g.interval_s) if g.interval_s is not None else "no periodic saves"
@@ -342,13 +342,13 @@ def render_goodput(g: goodput.Goodput) -> str:
         if now_w is not None and best_w is not None:
             lines.append(
                 f"<div class='muted'>expected time lost to saving and re-done work:"
-                f" {text.percent(now_w)} now, {text.percent(best_w)} at the Daly interval</div>"
+                f" {fmt.percent(now_w)} now, {fmt.percent(best_w)} at the Daly interval</div>"
             )
         if best_w is not None:
-            now_g = text.percent(max(0.0, 1 - now_w)) if now_w is not None else text.DASH
+            now_g = fmt.percent(max(0.0, 1 - now_w)) if now_w is not None else fmt.DASH
             lines.append(
                 f"<div class='gp-advice'>expected goodput at the Daly interval:"
-                f" <b>{text.percent(max(0.0, 1 - best_w))}</b>"
+                f" <b>{fmt.percent(max(0.0, 1 - best_w))}</b>"
                 f" <span class='muted'>(at this run's interval {now_g}; startup and queue"
                 " time not included)</span></div>"
             )
@@ -367,7 +367,7 @@ def render_goodput(g: goodput.Goodput) -> str:
 
 
 def _preemption_row(p: goodput.Preemption) -> str:
-    d = text.duration
+    d = fmt.duration
     requeue = "" if p.requeue_t is None else (" issued" if p.requeue_issued else " refused")
     steps = "" if p.lost_steps is None else f" ({p.lost_steps} steps)"
     return (
@@ -400,7 +400,7 @@ def render_commands(snap: RunSnapshot, limit: int) -> str:
             else (f"<code>{esc(answer)}</code>" if answer else "")
         )
         rows.append(
-            f"<tr><td>{text.clock(c.issued_at or c.received_at)}</td>"
+            f"<tr><td>{fmt.clock(c.issued_at or c.received_at)}</td>"
             f"<td>{esc(c.command or '?')}</td><td>{esc(c.author or '?')}</td>"
             f"<td class='st st-{esc(c.status)}'>{esc(c.status)}</td>"
             f"<td>{shown}</td></tr>"
