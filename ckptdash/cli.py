@@ -259,14 +259,14 @@ def _parser() -> argparse.ArgumentParser:
 def _status(args: argparse.Namespace) -> int:
     runs = find_runs(args.path)
     states = [load_state(run) for run in runs]
-    views = [None] * len(states) if args.no_scheduler else scheduler_views(states)
+    views = [None] * len(states) if args.no_scheduler else job_statuses(states)
     if args.json:
         dicts = []
         for run, state, view in zip(runs, states, views, strict=True):
             d = state.to_dict()
             d["alerts"] = health_cli.alerts_of(run, state, args)
             if view is not None:
-                d["scheduler"] = view
+                d["scheduler"] = view.to_dict()
             dicts.append(d)
         out: Any = (
             dicts[0] if len(states) == 1 and runs[0].root == Path(args.path) else {"runs": dicts}
@@ -367,63 +367,36 @@ def _goodput(args: argparse.Namespace) -> int:
     return 0
 
 
-def slurm_job_of(state: RunState) -> str | None:
-    """The SLURM job id of the run's latest attempt that recorded one (array task: ``J_T``)."""
-    return slurm_admin.job_of(state.attempts.values())
-
-
-def scheduler_views(states: list[RunState]) -> list[dict[str, Any] | None]:
+def job_statuses(states: list[RunState]) -> list[slurm_admin.JobStatus | None]:
     """SLURM's view of each run's job for ``status`` (None for a run with no SLURM job).
 
-    ``{"scheduler": "slurm", "job_id", "known": bool, "state", "reason", "held", "requeue",
-    "restarts"}``, or ``{"scheduler", "job_id", "error": "..."}`` when SLURM cannot be asked
-    (then it is not asked again for the other runs: an unreachable controller costs one wait).
+    Once SLURM cannot be asked at all it is not asked again for the other runs: an unreachable
+    controller costs one wait.
     """
-    out: list[dict[str, Any] | None] = []
-    unavailable: str | None = None
+    out: list[slurm_admin.JobStatus | None] = []
+    unavailable = ""
     for state in states:
-        job = slurm_job_of(state)
+        job = slurm_admin.job_of(state.attempts.values())
         if job is None:
             out.append(None)
-            continue
-        base: dict[str, Any] = {"scheduler": "slurm", "job_id": job}
-        if unavailable is not None:
-            out.append({**base, "error": unavailable})
-            continue
-        try:
-            view = slurm_admin.job_view(job)
-        except slurm_admin.SlurmUnavailable as exc:
-            unavailable = str(exc)
-            out.append({**base, "error": unavailable})
-            continue
-        except slurm_admin.SlurmError as exc:
-            out.append({**base, "error": str(exc)})
-            continue
-        if view is None:
-            out.append({**base, "known": False})
+        elif unavailable:
+            out.append(slurm_admin.JobStatus(job, asked=True, unavailable=unavailable))
         else:
-            out.append({**base, "known": True, **view.to_dict()})
+            status = slurm_admin.job_status(job)
+            unavailable = status.unavailable
+            out.append(status)
     return out
-
-
-def _describe_view(view: dict[str, Any]) -> str:
-    head = f"scheduler: slurm job {view['job_id']}: "
-    if "error" in view:
-        return head + f"unknown here ({view['error']})"
-    if not view.get("known"):
-        return head + "no longer known to SLURM (ended and purged)"
-    return head + slurm_admin.describe(view)
 
 
 def render_status(
     run: RunDir,
     state: RunState,
     now: float | None = None,
-    scheduler: dict[str, Any] | None = None,
+    scheduler: slurm_admin.JobStatus | None = None,
 ) -> str:
     """A readable summary of one run: attempts, checkpoints, signals, requeues, commands.
 
-    ``scheduler`` (from :func:`scheduler_views`) adds SLURM's view of the job under the header.
+    ``scheduler`` (from :func:`job_statuses`) adds SLURM's view of the job under the header.
     """
     now = time.time() if now is None else now
     lines = [f"run {state.run_id}  {run.root}"]
@@ -436,7 +409,7 @@ def render_status(
     choice = choose_resume(run, state=state)
     lines.append(f"requeue: {requeue}   resume pin: {pin}")
     if scheduler is not None:
-        lines.append(_describe_view(scheduler))
+        lines.append(scheduler.describe())
     target = _rel(choice.path, run.root) if choice.path else "fresh start"
     lines.append(f"next resume: {target}  ({choice.reason})")
     lines.append("")
@@ -569,7 +542,7 @@ def _requeue(args: argparse.Namespace) -> int:
 def _job_for(run: RunDir, given: str | None) -> str | None:
     if given:
         return slurm_admin.check_job_id(given)
-    return slurm_job_of(load_state(run))
+    return slurm_admin.job_of(load_state(run).attempts.values())
 
 
 def _mirror_requeue(run: RunDir, given: str | None, *, allowed: bool) -> None:

@@ -39,7 +39,7 @@ from ckptdash.dash.kernelcomms import open_off_main_thread
 from ckptdash.dash.metrics_plot import MetricsPlot
 from ckptdash.dash.model import DEFAULT_STALE_AFTER_S, DashModel
 from ckptdash.dash.mounts import WATCH_MODES, WatchMode
-from ckptdash.dash.scheduler import SchedulerPanel
+from ckptdash.dash.slurm_panel import SchedulerPanel
 from ckptdash.dash.snapshot import FolderSnapshot
 from ckptdash.dash.subshell import SubshellRoute, current_kernel
 from ckptdash.dash.table import CheckpointTable

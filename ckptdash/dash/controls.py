@@ -117,7 +117,7 @@ class ControlActions:
 
     ``author`` is asked at each action (a served page may know the logged-in
     user); ``nudge`` asks the watcher to read the result back now; ``mirror_requeue``
-    copies a new requeue setting onto the scheduler (see :mod:`ckptdash.dash.scheduler`)
+    copies a new requeue setting onto the scheduler (see :mod:`ckptdash.dash.slurm_panel`)
     and says what it did, or "" when there is no scheduler to tell.
     """
 
