@@ -119,7 +119,8 @@ def demo_command(args: argparse.Namespace) -> int:
 def serve_command(args: argparse.Namespace) -> int:
     """``ckptdash serve PATH``: the live dashboard; secrets from files or the environment."""
     from ckptdash.dash import access
-    from ckptdash.dash.app import DashOptions, ServeOptions, serve
+    from ckptdash.dash.app import DashOptions
+    from ckptdash.dash.server import ServeOptions, serve
 
     if args.poll and args.inotify:
         raise CkptDashError("--poll and --inotify: choose one (or neither: detected per mount)")

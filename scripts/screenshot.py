@@ -34,7 +34,7 @@ from typing import Any
 
 from playwright.sync_api import expect, sync_playwright
 
-from ckptdash.dash.app import start_server
+from ckptdash.dash.server import start_server
 from ckptdash.dash.testing import launch_chromium
 from ckptdash.demo import run_demo
 
