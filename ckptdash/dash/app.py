@@ -39,8 +39,9 @@ from ckptdash.dash.subshell import SubshellRoute, current_kernel
 from ckptdash.dash.table import CheckpointTable
 from ckptdash.dash.text import esc
 from ckptdash.dash.timeline import Timeline
-from ckptdash.dash.views import CommandsView, GoodputView, RunList, StatusHeader, html_pane
+from ckptdash.dash.views import CommandsView, GoodputView, RunList, StatusHeader
 from ckptdash.dash.watch import RunWatcher
+from ckptdash.dash.widgets import html_pane
 from ckptdash.errors import CkptDashError
 
 RUN_DIR_ENV: Final = "CKPTDASH_RUN_DIR"

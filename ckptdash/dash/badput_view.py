@@ -9,7 +9,7 @@ from typing import Final
 from ckptdash import badput, fmt
 from ckptdash.dash.snapshot import RunSnapshot
 from ckptdash.dash.text import esc
-from ckptdash.dash.views import HtmlView
+from ckptdash.dash.widgets import HtmlView
 
 COLORS: Final = {
     "productive": "#2f9e44",

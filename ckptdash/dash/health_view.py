@@ -21,7 +21,7 @@ from ckptdash import fmt, health
 from ckptdash.dash.model import rates
 from ckptdash.dash.snapshot import RunSnapshot
 from ckptdash.dash.text import esc
-from ckptdash.dash.views import HtmlView
+from ckptdash.dash.widgets import HtmlView
 from ckptdash.errors import CkptDashError
 from ckptdash.records import RankInfo
 

@@ -19,16 +19,15 @@ from bokeh.models import ColumnDataSource, HoverTool
 from bokeh.plotting import figure
 
 from ckptdash import fmt
-from ckptdash.dash.controls import Controls, button
+from ckptdash.dash.controls import Controls
 from ckptdash.dash.model import DashModel
 from ckptdash.dash.snapshot import RunSnapshot
 from ckptdash.dash.text import esc
 from ckptdash.dash.timeline import TRIGGER_COLORS
-from ckptdash.dash.views import HtmlPane
+from ckptdash.dash.widgets import HOVER_TOOLTIP, HtmlPane, button
 from ckptdash.records import CheckpointInfo, MetricPoint
 
 ATTEMPT_COLORS: Final = ("#495057", "#1c7ed6", "#2b8a3e", "#e8590c", "#862e9c", "#0b7285")
-_TOOLTIP: Final = "<div style='max-width:420px'><b>@title</b><br>@desc{safe}</div>"
 PLOT_NAME: Final = "ckptdash-metrics"
 """The figure's Bokeh name (the browser test finds the plot by it)."""
 
@@ -295,7 +294,7 @@ class MetricsPlot(pn.viewable.Viewer):  # type: ignore[misc]
                 legend_label="anomaly",
             ),
         ]
-        fig.add_tools(HoverTool(renderers=hover, tooltips=_TOOLTIP))
+        fig.add_tools(HoverTool(renderers=hover, tooltips=HOVER_TOOLTIP))
         legend = fig.legend[0]
         legend.click_policy = "hide"
         legend.label_text_font_size = "11px"

@@ -27,11 +27,11 @@ from typing import Any, Final
 import panel as pn
 
 from ckptdash import slurm_admin
-from ckptdash.dash.controls import Controls, button, confirmation, requeue_said
+from ckptdash.dash.controls import Controls, requeue_said
 from ckptdash.dash.delivery import Delivery
 from ckptdash.dash.model import DashModel
 from ckptdash.dash.text import esc
-from ckptdash.dash.views import html_pane
+from ckptdash.dash.widgets import button, confirmation, html_pane
 from ckptdash.errors import ControlError
 from ckptdash.slurm_admin import JobStatus
 

@@ -29,6 +29,7 @@ from ckptdash.dash import goodput
 from ckptdash.dash.model import DashModel
 from ckptdash.dash.snapshot import RunSnapshot
 from ckptdash.dash.text import esc
+from ckptdash.dash.widgets import HOVER_TOOLTIP
 
 TRIGGER_COLORS: Final = {
     "periodic": "#4c78a8",
@@ -46,7 +47,6 @@ OUTCOME_COLORS: Final = {
     "failed": "#ffe3e3",
 }
 COMMAND_COLORS: Final = {"applied": "#2b8a3e", "rejected": "#c92a2a", "expired": "#e8590c"}
-_TOOLTIP: Final = "<div style='max-width:420px'><b>@title</b><br>@desc{safe}</div>"
 
 Data = dict[str, dict[str, list[Any]]]
 
@@ -315,7 +315,7 @@ class Timeline(pn.viewable.Viewer):  # type: ignore[misc]
                 legend_label="exception",
             )
         )
-        fig.add_tools(HoverTool(renderers=hover, tooltips=_TOOLTIP))
+        fig.add_tools(HoverTool(renderers=hover, tooltips=HOVER_TOOLTIP))
         legend = fig.legend[0]
         legend.click_policy = "hide"
         legend.label_text_font_size = "11px"
