@@ -32,7 +32,7 @@ from ckptdash.errors import CkptDashError
 from ckptdash.resume import load_state
 
 if TYPE_CHECKING:
-    from ckptdash.dash.app import RunningServer
+    from ckptdash.dash.server import RunningServer
 
 REQUEUE_MARKER = ".demo-requeue"
 DEFAULT_STEPS = 1200
@@ -104,7 +104,7 @@ def _check_port_free(port: int) -> None:
 
 
 def _serve(run_dir: Path, port: int) -> RunningServer:
-    from ckptdash.dash.app import ServeOptions, start_server
+    from ckptdash.dash.server import ServeOptions, start_server
 
     server = start_server(run_dir, ServeOptions(address="127.0.0.1", port=port))
     print(f"ckptdash demo: live dashboard at {server.url} (open it in a browser)", flush=True)

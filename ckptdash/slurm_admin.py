@@ -17,7 +17,9 @@ dashboard and the CLI run on), these functions ask SLURM directly:
   ``scontrol requeue`` with "Requested operation is presently disabled";
   :func:`mirror_requeue` is what the CLI and the dashboard call after changing the setting.
 
-:func:`job_of` finds a run's job id among its attempts (the CLI's state, a dashboard snapshot).
+:func:`job_of` finds a run's job id among its attempts (the CLI's state, a dashboard snapshot);
+:func:`job_status` asks SLURM about it and answers a :class:`JobStatus` (SLURM's view, or why
+there is none), which ``ckptdash status`` prints and the dashboard's SLURM panel shows.
 
 Job ids are SLURM's: ``12345``, or ``12345_7`` for one array task (as ckptdash records them).
 Every failure raises :class:`SlurmError` with one line naming the job and the fix;
@@ -122,7 +124,15 @@ class JobView:
 
     def describe(self) -> str:
         """One line: ``PENDING (JobHeldAdmin), held, requeue on, restarts 1``."""
-        return describe(self.to_dict())
+        reason = self.reason
+        parts = [self.state + (f" ({reason})" if reason not in ("", "None") else "")]
+        if self.held:
+            parts.append("held")
+        if self.requeue is not None:
+            parts.append("requeue " + ("on" if self.requeue else "off (Requeue=0)"))
+        if self.restarts is not None:
+            parts.append(f"restarts {self.restarts}")
+        return ", ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -133,6 +143,74 @@ class JobView:
             "requeue": self.requeue,
             "restarts": self.restarts,
         }
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """What ckptdash knows about one run's SLURM job: SLURM's view, or why there is none.
+
+    ``ckptdash status`` prints it (:meth:`describe`, :meth:`to_dict` for ``--json``) and the
+    dashboard's SLURM panel shows it; :func:`job_status` asks SLURM for one.
+    """
+
+    job_id: str | None = None
+    """None: not a SLURM run (the dashboard hides its panel)."""
+    asked: bool = False
+    """True once SLURM answered (or said why it cannot) for this job."""
+    view: JobView | None = None
+    """SLURM's view; None when unasked, unavailable, or SLURM no longer knows the job."""
+    unavailable: str = ""
+    """Why SLURM's commands cannot be used from here (then every control is off)."""
+    error: str = ""
+    """Why asking about this one job failed."""
+
+    @property
+    def can_hold(self) -> bool:
+        return self.view is not None and self.view.pending and not self.view.held
+
+    @property
+    def can_release(self) -> bool:
+        return self.view is not None and self.view.held
+
+    @property
+    def can_cancel(self) -> bool:
+        return self.view is not None and self.view.pending
+
+    def key(self) -> tuple[object, ...]:
+        """What is shown (not e.g. RunTime, which changes every second)."""
+        shown = None if self.view is None else tuple(self.view.to_dict().items())
+        return (self.job_id, self.asked, shown, self.unavailable, self.error)
+
+    def describe(self) -> str:
+        """``ckptdash status``'s line: ``scheduler: slurm job 77: PENDING (...), held, ...``."""
+        head = f"scheduler: slurm job {self.job_id}: "
+        if self.unavailable or self.error:
+            return head + f"unknown here ({self.unavailable or self.error})"
+        if self.view is None:
+            return head + "no longer known to SLURM (ended and purged)"
+        return head + self.view.describe()
+
+    def to_dict(self) -> dict[str, Any]:
+        """``ckptdash status --json``'s ``scheduler``: ``{"scheduler": "slurm", "job_id",
+        "known": bool, "state", "reason", "held", "requeue", "restarts"}``, or ``{"scheduler",
+        "job_id", "error": "..."}`` when SLURM could not be asked."""
+        base: dict[str, Any] = {"scheduler": "slurm", "job_id": self.job_id}
+        if self.unavailable or self.error:
+            return {**base, "error": self.unavailable or self.error}
+        if self.view is None:
+            return {**base, "known": False}
+        return {**base, "known": True, **self.view.to_dict()}
+
+
+def job_status(job_id: str, *, runner: Runner | None = None) -> JobStatus:
+    """SLURM's view of ``job_id`` now, or why it cannot be had (runs ``scontrol``)."""
+    try:
+        view = job_view(job_id, runner=runner)
+    except SlurmUnavailable as exc:
+        return JobStatus(job_id, asked=True, unavailable=str(exc))
+    except SlurmError as exc:
+        return JobStatus(job_id, asked=True, error=str(exc))
+    return JobStatus(job_id, asked=True, view=view)
 
 
 class Attempt(Protocol):
@@ -152,19 +230,6 @@ def job_of(attempts: Iterable[Attempt]) -> str | None:
         if a.scheduler == "slurm" and a.job_id:
             return a.job_id
     return None
-
-
-def describe(view: dict[str, Any]) -> str:
-    """One line for a :meth:`JobView.to_dict`: ``PENDING (JobHeldAdmin), held, requeue on``."""
-    reason = view.get("reason") or ""
-    parts = [str(view.get("state")) + (f" ({reason})" if reason not in ("", "None") else "")]
-    if view.get("held"):
-        parts.append("held")
-    if view.get("requeue") is not None:
-        parts.append("requeue " + ("on" if view["requeue"] else "off (Requeue=0)"))
-    if view.get("restarts") is not None:
-        parts.append(f"restarts {view['restarts']}")
-    return ", ".join(parts)
 
 
 def parse_show_job(text: str) -> dict[str, str]:

@@ -35,7 +35,7 @@ from typing import Any
 from playwright.sync_api import expect, sync_playwright
 
 from ckptdash._dev.testing import launch_chromium
-from ckptdash.dash.app import start_server
+from ckptdash.dash.server import start_server
 from ckptdash.demo import run_demo
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,7 +1,7 @@
 """The dashboard: watch a run directory, show it, steer it (Panel).
 
-Only :mod:`ckptdash.dash.app` and the view modules import Panel; the model,
-the goodput figures and the watcher are plain Python, so this package's
+Only :mod:`ckptdash.dash.app`, :mod:`ckptdash.dash.server` and the view modules import Panel;
+the model, the goodput figures and the watcher are plain Python, so this package's
 ``__init__`` imports nothing until a name is asked for.
 """
 
@@ -11,16 +11,9 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ckptdash.dash.app import (
-        Dashboard,
-        DashOptions,
-        RunningServer,
-        ServeOptions,
-        dashboard,
-        serve,
-        start_server,
-    )
+    from ckptdash.dash.app import Dashboard, DashOptions, dashboard
     from ckptdash.dash.hub import WatcherHub
+    from ckptdash.dash.server import RunningServer, ServeOptions, serve, start_server
     from ckptdash.dash.watch import RunWatcher
 
 __all__ = [
@@ -37,6 +30,10 @@ __all__ = [
 
 _WHERE = {name: "ckptdash.dash.app" for name in __all__} | {
     "RunWatcher": "ckptdash.dash.watch",
+    "RunningServer": "ckptdash.dash.server",
+    "ServeOptions": "ckptdash.dash.server",
+    "serve": "ckptdash.dash.server",
+    "start_server": "ckptdash.dash.server",
     "WatcherHub": "ckptdash.dash.hub",
 }
 

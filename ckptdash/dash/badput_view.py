@@ -6,11 +6,10 @@ from __future__ import annotations
 
 from typing import Final
 
-from ckptdash import badput
-from ckptdash.dash import text
+from ckptdash import badput, fmt
 from ckptdash.dash.snapshot import RunSnapshot
 from ckptdash.dash.text import esc
-from ckptdash.dash.views import HtmlView
+from ckptdash.dash.widgets import HtmlView
 
 COLORS: Final = {
     "productive": "#2f9e44",
@@ -55,7 +54,7 @@ def _bar(wall: float, productive: float, causes: dict[str, float]) -> str:
     for name, seconds in parts.items():
         if seconds <= 0 or wall <= 0:
             continue
-        tip = f"{LABELS[name]}: {text.duration(seconds)} ({text.percent(seconds / wall)})"
+        tip = f"{LABELS[name]}: {fmt.duration(seconds)} ({fmt.percent(seconds / wall)})"
         spans.append(
             f'<span class="gp-{name}" title="{esc(tip)}"'
             f' style="width:{min(100.0, 100 * seconds / wall):.3f}%;background:{COLORS[name]}">'
@@ -77,15 +76,15 @@ def render_badput(g: badput.RunGoodput) -> str:
         return ""
     worst = max(g.badput.to_dict().items(), key=lambda kv: kv[1])
     note = (
-        f" · most lost to <b>{LABELS[worst[0]]}</b> ({text.duration(worst[1])})"
+        f" · most lost to <b>{LABELS[worst[0]]}</b> ({fmt.duration(worst[1])})"
         if worst[1] > 0
         else ""
     )
     running = " <span class='muted'>(running: counted up to now)</span>" if g.running else ""
     rows = [
-        f"<div class='gp-title'>goodput <b class='gp-run'>{text.percent(g.goodput)}</b>"
-        f" of {text.duration(g.wall_s)}{note}{running}</div>",
-        _row("<b>run</b>", g.wall_s, g.productive_s, g.badput.to_dict(), text.percent(g.goodput)),
+        f"<div class='gp-title'>goodput <b class='gp-run'>{fmt.percent(g.goodput)}</b>"
+        f" of {fmt.duration(g.wall_s)}{note}{running}</div>",
+        _row("<b>run</b>", g.wall_s, g.productive_s, g.badput.to_dict(), fmt.percent(g.goodput)),
     ]
     shown = g.attempts[-MAX_ATTEMPT_BARS:]
     if len(shown) < len(g.attempts):
@@ -98,7 +97,7 @@ def render_badput(g: badput.RunGoodput) -> str:
                 a.wall_s,
                 a.productive_s,
                 a.badput.to_dict(),
-                text.percent(a.goodput),
+                fmt.percent(a.goodput),
             )
         )
     key = "".join(

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 import panel as pn
 
@@ -21,7 +21,7 @@ from ckptdash import control
 from ckptdash.dash.model import DashModel, run_status
 from ckptdash.dash.snapshot import RunSnapshot
 from ckptdash.dash.text import esc, relative
-from ckptdash.dash.views import HtmlPane
+from ckptdash.dash.widgets import HtmlPane, button, confirmation, relabel
 from ckptdash.errors import CkptDashError, ControlError
 
 COMMAND_TTL_S = 600.0
@@ -30,35 +30,6 @@ COMMAND_TTL_S = 600.0
 def default_author() -> str:
     """``user@host (dashboard)``: who the audit trail names for a click in this process."""
     return f"{control.user_at_host()} (dashboard)"
-
-
-# Panel 1.9 renamed Button.name/button_type to label/color; older releases have only the former.
-_NEW_BUTTON_API: Final = "color" in pn.widgets.Button.param
-
-
-def button(label: str, color: str = "default", **params: Any) -> Any:
-    """A Panel button under either naming of its parameters."""
-    if _NEW_BUTTON_API:
-        return pn.widgets.Button(label=label, color=color, **params)
-    return pn.widgets.Button(name=label, button_type=color, **params)
-
-
-def relabel(widget: Any, label: str, color: str) -> None:
-    """Change a button's text and colour (see :func:`button`)."""
-    if _NEW_BUTTON_API:
-        widget.param.update(label=label, color=color)
-    else:
-        widget.param.update(name=label, button_type=color)
-
-
-def confirmation(question: str, detail: str, confirm: Any, cancel: Any) -> Any:
-    """A hidden row that asks ``question`` before a destructive action; show it on the click."""
-    return pn.Row(
-        HtmlPane(f"<div class='ck'><b>{esc(question)}</b> {esc(detail)}</div>"),
-        confirm,
-        cancel,
-        visible=False,
-    )
 
 
 def requeue_said(suspended: bool) -> str:
@@ -108,16 +79,12 @@ def commands_off_reason(model: DashModel) -> str:
     return ""
 
 
-def button_label(widget: Any) -> str:
-    return str(widget.label if _NEW_BUTTON_API else widget.name)
-
-
 class ControlActions:
     """What the buttons do, without the buttons: each method writes one file and says what.
 
     ``author`` is asked at each action (a served page may know the logged-in
     user); ``nudge`` asks the watcher to read the result back now; ``mirror_requeue``
-    copies a new requeue setting onto the scheduler (see :mod:`ckptdash.dash.scheduler`)
+    copies a new requeue setting onto the scheduler (see :mod:`ckptdash.dash.slurm_panel`)
     and says what it did, or "" when there is no scheduler to tell.
     """
 

@@ -17,12 +17,11 @@ import panel as pn
 import param
 from panel.reactive import ReactiveHTML
 
-from ckptdash import health
-from ckptdash.dash import text
+from ckptdash import fmt, health
 from ckptdash.dash.model import rates
 from ckptdash.dash.snapshot import RunSnapshot
 from ckptdash.dash.text import esc
-from ckptdash.dash.views import HtmlView
+from ckptdash.dash.widgets import HtmlView
 from ckptdash.errors import CkptDashError
 from ckptdash.records import RankInfo
 
@@ -72,7 +71,7 @@ def render_banner(snap: RunSnapshot | None, now: float, stale_after_s: float | N
         return ""
     rows = "".join(
         f'<div class="alert" data-alert="{esc(a.kind)}"><b>{esc(LABELS.get(a.kind, a.kind))}</b>'
-        f" <span class='muted'>since {esc(text.age(a.since, now))}</span>"
+        f" <span class='muted'>since {esc(fmt.age(a.since, now))}</span>"
         f" — {esc(a.detail)}</div>"
         for a in alerts
     )
@@ -192,13 +191,13 @@ def render_ranks(snap: RunSnapshot | None, now: float) -> str:
             mark = marks.get(r.rank, "")
             color = {"silent": "#c92a2a", "straggler": "#e8590c"}.get(mark, "#2f9e44")
             title = (
-                f"rank {r.rank}: step {text.number(r.step)}, last seen {text.age(r.last_seen, now)}"
+                f"rank {r.rank}: step {fmt.number(r.step)}, last seen {fmt.age(r.last_seen, now)}"
             )
             cells.append(
                 f'<span class="rank" data-rank="{r.rank}" data-mark="{mark}" title="{esc(title)}"'
                 f' style="display:inline-block;margin:1px 3px;padding:1px 6px;border-radius:8px;'
                 f'border:1px solid {color};color:{color}">{r.rank}'
-                f" <span class='muted'>{text.number(r.step)}</span>"
+                f" <span class='muted'>{fmt.number(r.step)}</span>"
                 + (f" <b>{mark}</b>" if mark else "")
                 + "</span>"
             )

@@ -18,17 +18,16 @@ from bokeh.events import Tap
 from bokeh.models import ColumnDataSource, HoverTool
 from bokeh.plotting import figure
 
-from ckptdash.dash import text
-from ckptdash.dash.controls import Controls, button
+from ckptdash import fmt
+from ckptdash.dash.controls import Controls
 from ckptdash.dash.model import DashModel
 from ckptdash.dash.snapshot import RunSnapshot
 from ckptdash.dash.text import esc
 from ckptdash.dash.timeline import TRIGGER_COLORS
-from ckptdash.dash.views import HtmlPane
+from ckptdash.dash.widgets import HOVER_TOOLTIP, HtmlPane, button
 from ckptdash.records import CheckpointInfo, MetricPoint
 
 ATTEMPT_COLORS: Final = ("#495057", "#1c7ed6", "#2b8a3e", "#e8590c", "#862e9c", "#0b7285")
-_TOOLTIP: Final = "<div style='max-width:420px'><b>@title</b><br>@desc{safe}</div>"
 PLOT_NAME: Final = "ckptdash-metrics"
 """The figure's Bokeh name (the browser test finds the plot by it)."""
 
@@ -106,7 +105,7 @@ def metrics_at_save(snap: RunSnapshot, c: CheckpointInfo) -> str:
     if p is None or not p.metrics:
         return ""
     values = [
-        f"{n} {text.number(v, 4) if abs(v) < 1e4 else f'{v:.3g}'}"
+        f"{n} {fmt.number(v, 4) if abs(v) < 1e4 else f'{v:.3g}'}"
         for n in sorted(p.metrics, key=_order)
         if (v := _value(p, n)) is not None
     ]
@@ -295,7 +294,7 @@ class MetricsPlot(pn.viewable.Viewer):  # type: ignore[misc]
                 legend_label="anomaly",
             ),
         ]
-        fig.add_tools(HoverTool(renderers=hover, tooltips=_TOOLTIP))
+        fig.add_tools(HoverTool(renderers=hover, tooltips=HOVER_TOOLTIP))
         legend = fig.legend[0]
         legend.click_policy = "hide"
         legend.label_text_font_size = "11px"

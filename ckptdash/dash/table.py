@@ -9,13 +9,13 @@ import pandas as pd
 import panel as pn
 from bokeh.models.widgets.tables import DateFormatter, HTMLTemplateFormatter, NumberFormatter
 
-from ckptdash.dash.controls import Controls, button
+from ckptdash.dash.controls import Controls
 from ckptdash.dash.frames import NUMBER, TEXT, TIME, typed_frame
 from ckptdash.dash.metrics_plot import metrics_at_save
 from ckptdash.dash.model import DashModel
 from ckptdash.dash.snapshot import RunSnapshot
 from ckptdash.dash.text import relative
-from ckptdash.dash.views import HtmlPane, ReadOnlyTabulator
+from ckptdash.dash.widgets import HtmlPane, ReadOnlyTabulator, button
 
 SCHEMA: Final = {
     "step": NUMBER,

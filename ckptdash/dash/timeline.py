@@ -24,10 +24,12 @@ import panel as pn
 from bokeh.models import ColumnDataSource, HoverTool
 from bokeh.plotting import figure
 
-from ckptdash.dash import goodput, text
+from ckptdash import fmt
+from ckptdash.dash import goodput
 from ckptdash.dash.model import DashModel
 from ckptdash.dash.snapshot import RunSnapshot
 from ckptdash.dash.text import esc
+from ckptdash.dash.widgets import HOVER_TOOLTIP
 
 TRIGGER_COLORS: Final = {
     "periodic": "#4c78a8",
@@ -45,7 +47,6 @@ OUTCOME_COLORS: Final = {
     "failed": "#ffe3e3",
 }
 COMMAND_COLORS: Final = {"applied": "#2b8a3e", "rejected": "#c92a2a", "expired": "#e8590c"}
-_TOOLTIP: Final = "<div style='max-width:420px'><b>@title</b><br>@desc{safe}</div>"
 
 Data = dict[str, dict[str, list[Any]]]
 
@@ -106,7 +107,7 @@ def timeline_data(snap: RunSnapshot | None, offset_s: float = 0.0) -> Data:
         band["desc"].append(
             _lines(
                 f"{a.scheduler} job {a.job_id or '-'} on {a.host or '?'}",
-                f"{text.clock(start)} → {text.clock(a.ended_at)} ({text.duration(end - start)})",
+                f"{fmt.clock(start)} → {fmt.clock(a.ended_at)} ({fmt.duration(end - start)})",
                 f"ended: {a.end_reason}" if a.end_reason else "",
                 f"resumed from {a.resumed_from} ({a.resume_reason})" if a.resumed_from else "",
             )
@@ -130,8 +131,8 @@ def timeline_data(snap: RunSnapshot | None, offset_s: float = 0.0) -> Data:
         ck["desc"].append(
             _lines(
                 c.path,
-                f"{text.size(c.size_bytes)} saved in {text.duration(c.duration_s)}"
-                f" at {text.clock(c.t)} by attempt {c.attempt}",
+                f"{fmt.size(c.size_bytes)} saved in {fmt.duration(c.duration_s)}"
+                f" at {fmt.clock(c.t)} by attempt {c.attempt}",
                 c.reason or c.error,
             )
         )
@@ -140,7 +141,7 @@ def timeline_data(snap: RunSnapshot | None, offset_s: float = 0.0) -> Data:
         sig["x"].append(_ms(s.t, offset_s))
         sig["y"].append(s.step if s.step is not None else _step_at(snap, s.attempt, s.t))
         sig["title"].append(f"signal {s.signal} → {s.action or '?'}")
-        sig["desc"].append(_lines(f"attempt {s.attempt} rank {s.rank} at {text.clock(s.t)}"))
+        sig["desc"].append(_lines(f"attempt {s.attempt} rank {s.rank} at {fmt.clock(s.t)}"))
     for r in snap.requeues:
         rq = d["requeues"]
         rq["x"].append(_ms(r.t, offset_s))
@@ -175,9 +176,9 @@ def timeline_data(snap: RunSnapshot | None, offset_s: float = 0.0) -> Data:
         mg["title"].append(f"preemption of attempt {p.attempt}")
         mg["desc"].append(
             _lines(
-                f"signal {p.signal} → save durable: {text.duration(p.signal_to_save_s)}",
-                f"save → requeue: {text.duration(p.save_to_requeue_s)}",
-                f"work lost: {text.duration(p.lost_s)}",
+                f"signal {p.signal} → save durable: {fmt.duration(p.signal_to_save_s)}",
+                f"save → requeue: {fmt.duration(p.save_to_requeue_s)}",
+                f"work lost: {fmt.duration(p.lost_s)}",
             )
         )
     return d
@@ -314,7 +315,7 @@ class Timeline(pn.viewable.Viewer):  # type: ignore[misc]
                 legend_label="exception",
             )
         )
-        fig.add_tools(HoverTool(renderers=hover, tooltips=_TOOLTIP))
+        fig.add_tools(HoverTool(renderers=hover, tooltips=HOVER_TOOLTIP))
         legend = fig.legend[0]
         legend.click_policy = "hide"
         legend.label_text_font_size = "11px"

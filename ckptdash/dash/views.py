@@ -15,12 +15,13 @@ import pandas as pd
 import panel as pn
 from bokeh.models.widgets.tables import NumberFormatter
 
-from ckptdash import badput
+from ckptdash import badput, fmt
 from ckptdash.dash import goodput, text
 from ckptdash.dash.frames import NUMBER, TEXT, typed_frame
 from ckptdash.dash.model import DashModel, rates, run_status
 from ckptdash.dash.snapshot import RunSnapshot
 from ckptdash.dash.text import esc
+from ckptdash.dash.widgets import HtmlPane, HtmlView, ReadOnlyTabulator
 
 STATUS_COLORS: Final = {
     "waiting": "#6c757d",
@@ -33,98 +34,10 @@ STATUS_COLORS: Final = {
     "failed": "#c92a2a",
 }
 
-CSS: Final = """
-:host { width: 100%; }
-.ck { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; font-size: 13px;
-      color: #212529; }
-.ck .badge { display: inline-block; padding: 2px 10px; border-radius: 10px; color: white;
-             font-weight: 600; font-size: 13px; }
-.ck .title { font-size: 18px; font-weight: 600; margin-right: 8px; }
-.ck .why { color: #495057; margin-left: 8px; }
-.ck .grid { display: grid; grid-template-columns: repeat(auto-fill, minmax(150px, 1fr));
-            gap: 6px 16px; margin: 10px 0 6px 0; }
-.ck .grid label { display: block; color: #868e96; font-size: 11px; text-transform: uppercase;
-                  letter-spacing: .03em; }
-.ck .grid b { font-size: 14px; font-weight: 600; }
-.ck .bar { height: 8px; background: #e9ecef; border-radius: 4px; overflow: hidden; }
-.ck .bar > div { height: 100%; background: #339af0; }
-.ck .muted { color: #868e96; }
-.ck code { font-size: 12px; background: #f1f3f5; padding: 1px 4px; border-radius: 3px;
-           word-break: break-all; }
-.ck table { border-collapse: collapse; width: 100%; }
-.ck th { text-align: left; color: #868e96; font-weight: 500; font-size: 11px;
-         text-transform: uppercase; border-bottom: 1px solid #dee2e6; padding: 3px 6px; }
-.ck td { padding: 3px 6px; border-bottom: 1px solid #f1f3f5; vertical-align: top; }
-.ck h4 { margin: 4px 0 6px 0; font-size: 14px; }
-.ck .st { font-weight: 600; }
-.ck .st-pending, .ck .st-received { color: #1971c2; }
-.ck .st-applied { color: #2b8a3e; }
-.ck .st-rejected, .ck .st-malformed { color: #c92a2a; }
-.ck .st-expired { color: #e8590c; }
-.ck .problem { color: #c92a2a; font-weight: 600; }
-"""
-
 
 def badge(status: str) -> str:
     color = STATUS_COLORS.get(status, "#495057")
     return f'<span class="badge" style="background:{color}">{esc(status)}</span>'
-
-
-class HtmlPane(pn.pane.HTML):  # type: ignore[misc]
-    """Panel's HTML pane, styled with the dashboard's CSS (inside its shadow root), that sends
-    only its text when its object changes.
-
-    Panel's own pane sends every property on each change, stylesheets included; in a notebook
-    those are rebuilt as links to cdn.holoviz.org (only the first render inlines them), so an
-    offline login node would ask the internet for them at every update.
-    """
-
-    def __init__(self, object: str = "", **params: Any) -> None:
-        super().__init__(object, **{"stylesheets": [CSS], **params})
-
-    def _update(self, ref: str, model: Any) -> None:
-        model.update(text=self._get_properties(model.document)["text"])
-
-
-class ReadOnlyTabulator(pn.widgets.Tabulator):  # type: ignore[misc]
-    """A Tabulator whose rows only the server sets (``disabled``: no cell is editable).
-
-    The browser can still send its copy of the rows back with another event (a click's
-    batch); in a notebook that copy may predate rows the watcher's thread has just added, and
-    Panel's merge then fails in pandas ("Must have equal len keys and value") halfway through
-    the message, leaving a traceback in the output and the widget's document held. Rows the
-    user cannot edit have nothing to tell the server: the copy is ignored.
-    """
-
-    def _process_data(self, data: Any) -> None:
-        return None
-
-
-def html_pane(**params: Any) -> Any:
-    """A full-width :class:`HtmlPane`."""
-    return HtmlPane(sizing_mode="stretch_width", **params)
-
-
-class HtmlView(pn.viewable.Viewer):  # type: ignore[misc]
-    """One HTML pane re-rendered from the model whenever the parameters in ``WATCH`` change."""
-
-    WATCH: tuple[str, ...] = ("run",)
-
-    def __init__(self, model: DashModel, **params: Any) -> None:
-        super().__init__(**params)
-        self.model = model
-        self._pane = html_pane(margin=(5, 10))
-        model.param.watch(self._render, list(self.WATCH))
-        self._render()
-
-    def __panel__(self) -> Any:
-        return self._pane
-
-    def html(self) -> str:
-        raise NotImplementedError
-
-    def _render(self, *events: object) -> None:
-        self._pane.object = self.html()
 
 
 class StatusHeader(HtmlView):
@@ -156,18 +69,18 @@ def render_header(model: DashModel) -> str:
         cells += [
             ("scheduler · job", job),
             ("attempt", f"{a.attempt}{budget if a.requeue_budget else ''}"),
-            ("host", esc(a.host or text.DASH)),
+            ("host", esc(a.host or fmt.DASH)),
         ]
-    step = text.number(r.step)
+    step = fmt.number(r.step)
     if r.max_steps:
-        step += f" <span class='muted'>/ {text.number(r.max_steps)}</span>"
+        step += f" <span class='muted'>/ {fmt.number(r.max_steps)}</span>"
     cells += [
         ("step", step),
-        ("epoch", text.number(r.epoch)),
-        ("steps/s", text.number(r.steps_per_s)),
-        ("ETA", text.duration(r.eta_s)),
-        ("time left (limit)", text.duration(r.time_left_s)),
-        ("last event", text.age(snap.last_seen, now)),
+        ("epoch", fmt.number(r.epoch)),
+        ("steps/s", fmt.number(r.steps_per_s)),
+        ("ETA", fmt.duration(r.eta_s)),
+        ("time left (limit)", fmt.duration(r.time_left_s)),
+        ("last event", fmt.age(snap.last_seen, now)),
     ]
     settings = snap.settings
     if settings is None:
@@ -197,7 +110,7 @@ def render_header(model: DashModel) -> str:
             f" <span class='muted'>— {esc(choice.reason)}</span></div>"
         )
     bad = sum(snap.bad_lines.values())
-    tail = f"{text.number(snap.events_total)} events"
+    tail = f"{fmt.number(snap.events_total)} events"
     if bad:
         tail += f", <span class='problem'>{bad} unreadable line(s) skipped</span>"
     return (
@@ -274,7 +187,7 @@ class RunList(pn.viewable.Viewer):  # type: ignore[misc]
                     "status": run_status(r, now, stale)[0],
                     "attempt": None if newest is None else newest.attempt,
                     "step": None if newest is None else newest.step,
-                    "last event": text.age(r.last_seen, now),
+                    "last event": fmt.age(r.last_seen, now),
                     "events": r.events_total,
                     "goodput": _goodput_of(r, now),
                 }
@@ -318,18 +231,18 @@ class GoodputView(HtmlView):
 
 def render_goodput(g: goodput.Goodput) -> str:
     """The goodput panel's HTML."""
-    d = text.duration
+    d = fmt.duration
     lines = [
         "<h4>Goodput</h4>",
-        f"<div>saving: <b>{text.percent(g.saving_share)}</b> of {d(g.wall_s)} wall time"
+        f"<div>saving: <b>{fmt.percent(g.saving_share)}</b> of {d(g.wall_s)} wall time"
         f" <span class='muted'>({g.saves} saves, {d(g.saving_s)})</span></div>",
     ]
     n = len(g.preemptions)
-    rate = f"{g.per_hour:.2f} /h" if g.per_hour is not None else text.DASH
+    rate = f"{g.per_hour:.2f} /h" if g.per_hour is not None else fmt.DASH
     unwarned = f", {g.unwarned} without a signal" if g.unwarned else ""
     lines.append(
         f"<div>preemptions: <b>{n}</b> <span class='muted'>({rate}{unwarned})</span>"
-        f" · work lost: <b>{d(g.lost_s) if n else text.DASH}</b></div>"
+        f" · work lost: <b>{d(g.lost_s) if n else fmt.DASH}</b></div>"
     )
     if g.young_s is not None:
         interval = d(g.interval_s) if g.interval_s is not None else "no periodic saves"
@@ -342,13 +255,13 @@ def render_goodput(g: goodput.Goodput) -> str:
         if now_w is not None and best_w is not None:
             lines.append(
                 f"<div class='muted'>expected time lost to saving and re-done work:"
-                f" {text.percent(now_w)} now, {text.percent(best_w)} at the Daly interval</div>"
+                f" {fmt.percent(now_w)} now, {fmt.percent(best_w)} at the Daly interval</div>"
             )
         if best_w is not None:
-            now_g = text.percent(max(0.0, 1 - now_w)) if now_w is not None else text.DASH
+            now_g = fmt.percent(max(0.0, 1 - now_w)) if now_w is not None else fmt.DASH
             lines.append(
                 f"<div class='gp-advice'>expected goodput at the Daly interval:"
-                f" <b>{text.percent(max(0.0, 1 - best_w))}</b>"
+                f" <b>{fmt.percent(max(0.0, 1 - best_w))}</b>"
                 f" <span class='muted'>(at this run's interval {now_g}; startup and queue"
                 " time not included)</span></div>"
             )
@@ -367,7 +280,7 @@ def render_goodput(g: goodput.Goodput) -> str:
 
 
 def _preemption_row(p: goodput.Preemption) -> str:
-    d = text.duration
+    d = fmt.duration
     requeue = "" if p.requeue_t is None else (" issued" if p.requeue_issued else " refused")
     steps = "" if p.lost_steps is None else f" ({p.lost_steps} steps)"
     return (
@@ -400,7 +313,7 @@ def render_commands(snap: RunSnapshot, limit: int) -> str:
             else (f"<code>{esc(answer)}</code>" if answer else "")
         )
         rows.append(
-            f"<tr><td>{text.clock(c.issued_at or c.received_at)}</td>"
+            f"<tr><td>{fmt.clock(c.issued_at or c.received_at)}</td>"
             f"<td>{esc(c.command or '?')}</td><td>{esc(c.author or '?')}</td>"
             f"<td class='st st-{esc(c.status)}'>{esc(c.status)}</td>"
             f"<td>{shown}</td></tr>"

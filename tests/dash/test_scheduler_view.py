@@ -18,12 +18,12 @@ from typing import Any
 import pytest
 
 from ckptdash import control, events
-from ckptdash.dash import scheduler
+from ckptdash.dash import slurm_panel as scheduler
 from ckptdash.dash.app import Dashboard, DashOptions
 from ckptdash.dash.controls import ControlActions, Controls
 from ckptdash.dash.hub import WatcherHub
 from ckptdash.dash.model import DashModel
-from ckptdash.dash.scheduler import UNAVAILABLE, SchedulerPanel
+from ckptdash.dash.slurm_panel import UNAVAILABLE, SchedulerPanel
 from ckptdash.dash.snapshot import SnapshotBuilder
 from ckptdash.rundir import RunDir
 from ckptdash.state import RunState

@@ -22,8 +22,9 @@ from tornado.ioloop import IOLoop
 from tornado.websocket import websocket_connect
 
 from ckptdash.cli import main
-from ckptdash.dash.app import Dashboard, DashOptions, ServeOptions, default_path, start_server
+from ckptdash.dash.app import Dashboard, DashOptions, default_path
 from ckptdash.dash.hub import WatcherHub
+from ckptdash.dash.server import ServeOptions, start_server
 from ckptdash.errors import CkptDashError
 
 WaitUntil = Callable[..., None]

@@ -12,11 +12,12 @@ import pytest
 
 from ckptdash import control, events
 from ckptdash.dash.app import Dashboard, DashOptions, dashboard
-from ckptdash.dash.controls import ControlActions, button_label
+from ckptdash.dash.controls import ControlActions
 from ckptdash.dash.hub import WatcherHub
 from ckptdash.dash.model import DashModel
 from ckptdash.dash.timeline import TRIGGER_COLORS, timeline_data
 from ckptdash.dash.views import render_commands
+from ckptdash.dash.widgets import button_label
 from ckptdash.errors import ControlError
 from ckptdash.resume import choose_resume
 from ckptdash.writer import EventWriter

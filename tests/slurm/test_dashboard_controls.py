@@ -18,8 +18,8 @@ import pytest
 
 from ckptdash import events
 from ckptdash.dash.app import Dashboard, DashOptions
-from ckptdash.dash.controls import button_label
 from ckptdash.dash.hub import WatcherHub
+from ckptdash.dash.widgets import button_label
 from ckptdash.slurm_admin import HOLD_REASONS
 from ckptdash.writer import EventWriter
 from tests.slurm.harness import Cluster, Scenario, wait_for

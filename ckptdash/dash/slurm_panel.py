@@ -22,19 +22,18 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Final
 
 import panel as pn
 
 from ckptdash import slurm_admin
-from ckptdash.dash.controls import Controls, button, confirmation, requeue_said
+from ckptdash.dash.controls import Controls, requeue_said
 from ckptdash.dash.delivery import Delivery
 from ckptdash.dash.model import DashModel
-from ckptdash.dash.snapshot import RunSnapshot
 from ckptdash.dash.text import esc
-from ckptdash.dash.views import html_pane
+from ckptdash.dash.widgets import button, confirmation, html_pane
 from ckptdash.errors import ControlError
+from ckptdash.slurm_admin import JobStatus
 
 POLL_INTERVAL_S: Final = 3.0
 """Seconds between two refreshes of the scheduler's view (a state change shows within this)."""
@@ -43,39 +42,7 @@ UNAVAILABLE_RETRY_S: Final = 30.0
 UNAVAILABLE: Final = "scheduler commands not available here"
 
 
-@dataclass(frozen=True)
-class SchedulerInfo:
-    """What the panel shows about one run's job; ``job_id`` None: not a SLURM run (hidden)."""
-
-    job_id: str | None = None
-    asked: bool = False
-    """True once SLURM answered (or said why it cannot) for this job."""
-    view: slurm_admin.JobView | None = None
-    """SLURM's view; None when unasked, unavailable, or SLURM no longer knows the job."""
-    unavailable: str = ""
-    """Why SLURM's commands cannot be used from here (then every button is off)."""
-    error: str = ""
-    """Why asking about this one job failed."""
-
-    @property
-    def can_hold(self) -> bool:
-        return self.view is not None and self.view.pending and not self.view.held
-
-    @property
-    def can_release(self) -> bool:
-        return self.view is not None and self.view.held
-
-    @property
-    def can_cancel(self) -> bool:
-        return self.view is not None and self.view.pending
-
-    def key(self) -> tuple[object, ...]:
-        """What the panel shows (not e.g. RunTime, which changes every second)."""
-        shown = None if self.view is None else tuple(self.view.to_dict().items())
-        return (self.job_id, self.asked, shown, self.unavailable, self.error)
-
-
-def render_scheduler(info: SchedulerInfo) -> str:
+def render_scheduler(info: JobStatus) -> str:
     """The panel's HTML: the job's state, reason, hold and restarts, or why they are unknown."""
     head = f"<b>SLURM job {esc(info.job_id or '')}</b>"
     if info.unavailable:
@@ -99,11 +66,6 @@ def render_scheduler(info: SchedulerInfo) -> str:
             parts.append(f"restarts {v.restarts}")
         body = " · ".join(parts)
     return f"<div class='ck'>scheduler: {head}: {body}</div>"
-
-
-def job_of(snap: RunSnapshot | None) -> str | None:
-    """The SLURM job of a run (its newest attempt that recorded one); None if not SLURM."""
-    return None if snap is None else slurm_admin.job_of(snap.attempts)
 
 
 class SchedulerPanel(pn.viewable.Viewer):  # type: ignore[misc]
@@ -138,11 +100,11 @@ class SchedulerPanel(pn.viewable.Viewer):  # type: ignore[misc]
         self._alive = alive
         self._runner = runner
         # Answers from the background thread reach the widgets as the watcher's snapshots do.
-        self._post: Delivery[SchedulerInfo] = Delivery(self._show, doc, render_lock=render_lock)
+        self._post: Delivery[JobStatus] = Delivery(self._show, doc, render_lock=render_lock)
         self._say: Delivery[tuple[str, bool]] = Delivery(
             lambda said: controls.say(said[0], problem=said[1]), doc, render_lock=render_lock
         )
-        self.info = SchedulerInfo()
+        self.info = JobStatus()
         self._job: str | None = None  # read by the background thread: guarded by _lock
         self._again = False  # ask SLURM at once, not at the next refresh: guarded by _lock
         self._clicked: list[Callable[[], str]] = []  # clicks' commands, in order: under _lock
@@ -259,7 +221,7 @@ class SchedulerPanel(pn.viewable.Viewer):  # type: ignore[misc]
 
     def _answered(self, job: str, view: slurm_admin.JobView | None) -> None:
         # On the background thread: shown through the delivery, like a refresh (which follows).
-        self._post(SchedulerInfo(job, asked=True, view=view))
+        self._post(JobStatus(job, asked=True, view=view))
 
     def _ask_confirmation(self, show: bool) -> None:
         self.confirm_row.visible = show
@@ -272,17 +234,18 @@ class SchedulerPanel(pn.viewable.Viewer):  # type: ignore[misc]
 
     def _on_run(self, *events: object) -> None:
         """A new snapshot (any run change): follow the selected run's job."""
-        job = job_of(self.model.run)
+        run = self.model.run
+        job = None if run is None else slurm_admin.job_of(run.attempts)
         with self._lock:
             changed, self._job = job != self._job, job
         if changed:
             self.confirm_row.visible = False
-            self._show(SchedulerInfo(job))
+            self._show(JobStatus(job))
             if job is not None:
                 self._start()
                 self._wake.set()
 
-    def _show(self, info: SchedulerInfo) -> None:
+    def _show(self, info: JobStatus) -> None:
         """Apply ``info`` to the widgets (on the session's thread, or under the render lock)."""
         if info.job_id != self._job:
             return  # an answer about the run that was selected before
@@ -334,17 +297,11 @@ class SchedulerPanel(pn.viewable.Viewer):  # type: ignore[misc]
             # Bounded even with no job to ask about: alive() is checked at least this often.
             self._wake.wait(self.interval_s if job is None else max(0.0, due - time.monotonic()))
 
-    def ask(self, job: str) -> SchedulerInfo:
+    def ask(self, job: str) -> JobStatus:
         """SLURM's view of ``job`` now (runs ``scontrol``: call it off the event loop)."""
         if not slurm_admin.available(self._runner):
-            return SchedulerInfo(job, asked=True, unavailable="scontrol is not on PATH")
-        try:
-            view = slurm_admin.job_view(job, runner=self._runner)
-        except slurm_admin.SlurmUnavailable as exc:
-            return SchedulerInfo(job, asked=True, unavailable=str(exc))
-        except slurm_admin.SlurmError as exc:
-            return SchedulerInfo(job, asked=True, error=str(exc))
-        return SchedulerInfo(job, asked=True, view=view)
+            return JobStatus(job, asked=True, unavailable="scontrol is not on PATH")
+        return slurm_admin.job_status(job, runner=self._runner)
 
     def refresh(self) -> None:
         """Ask SLURM again now (the background thread does it)."""

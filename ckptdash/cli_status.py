@@ -1,0 +1,279 @@
+"""What ``ckptdash status`` and ``ckptdash goodput`` print: one run in full
+(:func:`render_status`), or one line per run of a folder (:func:`render_run_lines`), with SLURM's
+view of each run's job (:func:`job_statuses`) and the run's health alerts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from ckptdash import control, fmt, health_cli, slurm_admin
+from ckptdash.errors import CkptDashError
+from ckptdash.records import AttemptInfo
+from ckptdash.resume import choose_resume, load_state
+from ckptdash.rundir import RunDir, find_runs
+from ckptdash.state import RunState
+from ckptdash.state_checkpoints import checkpoint_order
+
+STALE_AFTER_S = 120.0
+"""A running attempt silent for this long is shown as stale (as the dashboard's default)."""
+
+
+def status_command(args: argparse.Namespace) -> int:
+    """``ckptdash status PATH``: one run in full, or a line per run of a folder."""
+    runs = find_runs(args.path)
+    states = [load_state(run) for run in runs]
+    views = [None] * len(states) if args.no_scheduler else job_statuses(states)
+    if args.json:
+        dicts = []
+        for run, state, view in zip(runs, states, views, strict=True):
+            d = state.to_dict()
+            d["alerts"] = health_cli.alerts_of(run, state, args)
+            if view is not None:
+                d["scheduler"] = view.to_dict()
+            dicts.append(d)
+        out: Any = (
+            dicts[0] if len(states) == 1 and runs[0].root == Path(args.path) else {"runs": dicts}
+        )
+        sys.stdout.write(msgspec.json.format(msgspec.json.encode(out), indent=2).decode() + "\n")
+        return 0
+    if len(runs) == 1 and runs[0].root == Path(args.path):
+        print(render_status(runs[0], states[0], scheduler=views[0]))
+        for alert in health_cli.alerts_of(runs[0], states[0], args):
+            print(f"ALERT {alert['kind']}: {alert['detail']}")
+    else:
+        print(render_run_lines(runs, states))
+        for run, state in zip(runs, states, strict=True):
+            for alert in health_cli.alerts_of(run, state, args):
+                print(f"ALERT {run.root.name} {alert['kind']}: {alert['detail']}")
+        print(f"\n{len(runs)} run(s); `ckptdash status {runs[0].root}` shows one in full")
+    return 0
+
+
+def run_word(state: RunState, now: float, stale_after_s: float = STALE_AFTER_S) -> str:
+    """The run's state in one word, as the dashboard's badge says it."""
+    newest = _newest(state)
+    if newest is None:
+        return "waiting"
+    if newest.outcome == "running":
+        seen = newest.last_heartbeat_t
+        return "stale" if seen is not None and now - seen > stale_after_s else "running"
+    if newest.outcome in ("finished", "failed"):
+        return newest.outcome
+    if any(r.issued for r in state.requeues if r.attempt == newest.attempt):
+        return "requeue pending"
+    if newest.end_reason in ("preempted", "terminated"):
+        return "preempted"
+    return "stopped"
+
+
+def _newest(state: RunState) -> AttemptInfo | None:
+    return state.attempts[max(state.attempts)] if state.attempts else None
+
+
+def render_run_lines(runs: list[RunDir], states: list[RunState], now: float | None = None) -> str:
+    """One line per run, like ``squeue``: run, state, attempt, step / max, last event, and the
+    newest checkpoint recorded as saved (its file is not re-read: a folder may hold 1,000 runs)."""
+    now = time.time() if now is None else now
+    rows = []
+    for run, state in zip(runs, states, strict=True):
+        newest = _newest(state)
+        saved = [c for c in state.checkpoints.values() if c.status == "saved"]
+        best = max(saved, key=lambda c: (c.step or 0, c.t or 0), default=None)
+        step = "-" if newest is None else _opt(newest.step)
+        if newest is not None and newest.max_steps:
+            step += f" / {newest.max_steps}"
+        rows.append(
+            [
+                run.root.name,
+                run_word(state, now),
+                "-" if newest is None else str(newest.attempt),
+                step,
+                fmt.rough_age(None if newest is None else newest.last_heartbeat_t, now),
+                "-" if best is None else f"{_rel(best.path, run.root)} (step {_opt(best.step)})",
+            ]
+        )
+    header = ["RUN", "STATE", "ATTEMPT", "STEP / MAX", "LAST EVENT", "NEWEST SAVED CHECKPOINT"]
+    return _table(header, rows)
+
+
+def _rel(path: str, root: Path) -> str:
+    """A recorded (absolute) path relative to the run directory when it lies inside it."""
+    try:
+        return str(Path(path).relative_to(root.resolve()))
+    except ValueError:
+        try:
+            return str(Path(path).relative_to(root))
+        except ValueError:
+            return path
+
+
+def _who(author: str, host: str) -> str:
+    """``user@host`` once: a dashboard's author already names its host."""
+    if "@" in author:
+        return author
+    return f"{author or '?'}@{host or '?'}"
+
+
+def goodput_command(args: argparse.Namespace) -> int:
+    """``ckptdash goodput PATH``: where the time of each run went."""
+    from ckptdash.badput import of_state, render
+
+    runs = find_runs(args.path)
+    now = time.time()
+    results = [of_state(load_state(run), now) for run in runs]
+    if args.json:
+        dicts = [g.to_dict() for g in results]
+        single = len(runs) == 1 and runs[0].root == Path(args.path)
+        out: Any = dicts[0] if single else {"runs": dicts}
+        sys.stdout.write(msgspec.json.format(msgspec.json.encode(out), indent=2).decode() + "\n")
+        return 0
+    print("\n\n".join(render(g) for g in results))
+    return 0
+
+
+def job_statuses(states: list[RunState]) -> list[slurm_admin.JobStatus | None]:
+    """SLURM's view of each run's job for ``status`` (None for a run with no SLURM job).
+
+    Once SLURM cannot be asked at all it is not asked again for the other runs: an unreachable
+    controller costs one wait.
+    """
+    out: list[slurm_admin.JobStatus | None] = []
+    unavailable = ""
+    for state in states:
+        job = slurm_admin.job_of(state.attempts.values())
+        if job is None:
+            out.append(None)
+        elif unavailable:
+            out.append(slurm_admin.JobStatus(job, asked=True, unavailable=unavailable))
+        else:
+            status = slurm_admin.job_status(job)
+            unavailable = status.unavailable
+            out.append(status)
+    return out
+
+
+def render_status(
+    run: RunDir,
+    state: RunState,
+    now: float | None = None,
+    scheduler: slurm_admin.JobStatus | None = None,
+) -> str:
+    """A readable summary of one run: attempts, checkpoints, signals, requeues, commands.
+
+    ``scheduler`` (from :func:`job_statuses`) adds SLURM's view of the job under the header.
+    """
+    return "\n".join(
+        [
+            *_header_lines(run, state, scheduler),
+            "",
+            _attempts_table(state),
+            "",
+            _checkpoints_table(run, state),
+            *_event_lines(state),
+        ]
+    )
+
+
+def _header_lines(
+    run: RunDir, state: RunState, scheduler: slurm_admin.JobStatus | None
+) -> list[str]:
+    """The run, its requeue setting and pin, SLURM's view, and what the next attempt resumes."""
+    lines = [f"run {state.run_id}  {run.root}"]
+    try:
+        settings = control.read_settings(run)
+        requeue = "suspended" if settings.requeue_suspended else "auto"
+        pin = _rel(settings.resume_pin, run.root) if settings.resume_pin else "-"
+    except CkptDashError as exc:
+        requeue, pin = f"unknown ({exc})", "-"
+    choice = choose_resume(run, state=state)
+    lines.append(f"requeue: {requeue}   resume pin: {pin}")
+    if scheduler is not None:
+        lines.append(scheduler.describe())
+    target = _rel(choice.path, run.root) if choice.path else "fresh start"
+    lines.append(f"next resume: {target}  ({choice.reason})")
+    return lines
+
+
+def _attempts_table(state: RunState) -> str:
+    return _table(
+        ["attempt", "host", "job", "started", "outcome", "step", "resumed from"],
+        [
+            [
+                str(a.attempt),
+                a.host,
+                a.job_id or "-",
+                fmt.clock(a.started_at, "-"),
+                a.outcome + (f" ({a.end_reason})" if a.end_reason else ""),
+                _opt(a.step),
+                Path(a.resumed_from).name if a.resumed_from else "-",
+            ]
+            for a in sorted(state.attempts.values(), key=lambda a: a.attempt)
+        ],
+    )
+
+
+def _checkpoints_table(run: RunDir, state: RunState) -> str:
+    ckpts = sorted(state.checkpoints.values(), key=checkpoint_order)
+    if not ckpts:
+        return "no checkpoints recorded"
+    return _table(
+        ["step", "trigger", "status", "size", "save s", "attempt", "path"],
+        [
+            [
+                _opt(c.step),
+                c.trigger,
+                c.status,
+                fmt.size(c.size_bytes, "-"),
+                "-" if c.duration_s is None else f"{c.duration_s:.2f}",
+                _opt(c.attempt),
+                _rel(c.path, run.root),
+            ]
+            for c in ckpts
+        ],
+    )
+
+
+def _event_lines(state: RunState) -> list[str]:
+    """A line per signal, requeue, anomaly and command; then the count of unreadable lines."""
+    lines = [
+        f"signal  {s.signal} ({s.action}) attempt {s.attempt} rank {s.rank} step {_opt(s.step)}"
+        for s in state.signals
+    ]
+    for r in state.requeues:
+        what = f"issued: {r.command}" if r.issued else f"skipped: {r.reason}"
+        lines.append(f"requeue attempt {r.attempt} {what}")
+    for an in state.anomalies:
+        pinned = f", pinned {an.pinned}" if an.pinned else ""
+        lines.append(
+            f"anomaly attempt {an.attempt} step {_opt(an.step)}: {an.reason} ({an.action}{pinned})"
+        )
+    for c in sorted(state.commands.values(), key=lambda c: c.issued_at or 0):
+        extra = c.detail or c.reason or c.error
+        lines.append(
+            f"command {c.command or '?'} {c.id} by {_who(c.author, c.host)}: {c.status}"
+            + (f" ({extra})" if extra else "")
+        )
+    bad = sum(state.bad_lines.counts.values())
+    if bad:
+        counts = ", ".join(f"{k} {v}" for k, v in sorted(state.bad_lines.counts.items()))
+        lines.append(f"skipped {bad} unreadable event line(s): {counts}")
+    return lines
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    widths = [
+        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)
+    ]
+    row = "  ".join(f"{{:<{w}}}" for w in widths)
+    return "\n".join(row.format(*r).rstrip() for r in [header, *rows])
+
+
+def _opt(value: object) -> str:
+    return "-" if value is None else str(value)
