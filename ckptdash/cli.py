@@ -115,13 +115,17 @@ def _parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("save", help="ask the running job to save a checkpoint now")
     s.add_argument("run_dir")
-    s.add_argument("--ttl", type=float, default=600.0, help="expire after this many seconds")
+    s.add_argument(
+        "--ttl", type=float, default=control.DEFAULT_TTL_S, help="expire after this many seconds"
+    )
     s.add_argument("--no-queue", action="store_true", help=_NO_QUEUE)
     s.set_defaults(func=_issue, command="save_now")
 
     s = sub.add_parser("stop", help="ask the running job to save, then stop without requeue")
     s.add_argument("run_dir")
-    s.add_argument("--ttl", type=float, default=600.0, help="expire after this many seconds")
+    s.add_argument(
+        "--ttl", type=float, default=control.DEFAULT_TTL_S, help="expire after this many seconds"
+    )
     s.add_argument("--yes", action="store_true", help="confirm: this ends the training job")
     s.add_argument("--no-queue", action="store_true", help=_NO_QUEUE)
     s.set_defaults(func=_issue, command="stop_after_save")

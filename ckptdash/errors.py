@@ -10,13 +10,12 @@
     ├── AtomicWriteError       an atomic write could not complete (the old file is intact)
     ├── EventWriteError        an event could not be appended (disk full, permissions, I/O)
     ├── SaveError              a save through Monitor.saving() was not published
-    ├── ConfigError            a TrainConfig value is wrong           (ckptdash.train.config)
-    ├── ThresholdError         a health threshold is wrong            (ckptdash.health)
-    └── SlurmError             a SLURM command failed or was refused  (ckptdash.slurm_admin)
-        └── SlurmUnavailable   no SLURM commands on this machine      (ckptdash.slurm_admin)
+    ├── ConfigError            a TrainConfig value is wrong
+    ├── ThresholdError         a health threshold is wrong
+    └── SlurmError             a SLURM command failed or was refused
+        └── SlurmUnavailable   no SLURM commands on this machine
 
-The last four are still defined next to the code that raises them (to move here); the
-tree is the whole hierarchy, so ``except CkptDashError`` catches every deliberate error.
+The tree is the whole hierarchy, so ``except CkptDashError`` catches every deliberate error.
 
 Messages name the file or value that is wrong and say how to fix it, because
 they are usually read by someone on a login node who did not write the code.
@@ -70,3 +69,19 @@ class SaveError(CkptDashError):
     """A save through :meth:`~ckptdash.Monitor.saving` was not published: this rank's or
     another rank's writing failed. Nothing was renamed into place; the previous checkpoint
     of that name is intact."""
+
+
+class ConfigError(CkptDashError, ValueError):
+    """A configuration value is wrong; the message says which and what to use instead."""
+
+
+class ThresholdError(CkptDashError, ValueError):
+    """A health threshold is wrong; the message names it and the values allowed."""
+
+
+class SlurmError(CkptDashError):
+    """A SLURM command about one job failed or does not apply; the message says what to do."""
+
+
+class SlurmUnavailable(SlurmError):
+    """SLURM's client commands cannot be used from this machine."""

@@ -34,7 +34,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from typing import TYPE_CHECKING, Any, Final
 
-from ckptdash.errors import CkptDashError
+from ckptdash.errors import ThresholdError as ThresholdError  # also importable from here
 from ckptdash.records import AttemptInfo, CheckpointInfo, RankInfo, SignalInfo
 
 if TYPE_CHECKING:
@@ -50,10 +50,6 @@ KINDS: Final = (
     "checkpoint_failures",
 )
 """Every detector, in the order :func:`detect` reports them."""
-
-
-class ThresholdError(CkptDashError, ValueError):
-    """A health threshold is wrong; the message names it and the values allowed."""
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ckptdash.errors import CkptDashError
+from ckptdash.errors import SlurmError as SlurmError  # raised to callers as slurm_admin.SlurmError
+from ckptdash.errors import SlurmUnavailable as SlurmUnavailable
 
 TIMEOUT_S = 10.0
 """How long one SLURM command may take before it counts as unavailable."""
@@ -83,14 +84,6 @@ _KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_:/]*)=")
 
 Runner = Callable[[Sequence[str], float], tuple[int, str]]
 """Runs argv with a timeout; returns (exit status, stdout+stderr). Raises OSError if absent."""
-
-
-class SlurmError(CkptDashError):
-    """A SLURM command about one job failed or does not apply; the message says what to do."""
-
-
-class SlurmUnavailable(SlurmError):
-    """SLURM's client commands cannot be used from this machine."""
 
 
 @dataclass(frozen=True)

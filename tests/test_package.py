@@ -72,8 +72,9 @@ def test_names_outside_the_surface_still_import() -> None:
 
 
 def test_every_exception_derives_from_ckptdash_error() -> None:
-    """Every exception class ckptdash defines is a :class:`~ckptdash.CkptDashError`, so one
-    ``except`` catches every deliberate error, and errors.py's tree names each of them."""
+    """Every exception class ckptdash defines is a :class:`~ckptdash.CkptDashError` defined in
+    ``ckptdash.errors``, so one ``except`` catches every deliberate error and one module lists
+    them all, its tree naming each."""
     import importlib
     import inspect
     import pkgutil
@@ -106,5 +107,6 @@ def test_every_exception_derives_from_ckptdash_error() -> None:
     }
     assert found, "no exception classes found"
     assert all(issubclass(cls, ckptdash.CkptDashError) for cls in found)
+    assert {c.__name__ for c in found if c.__module__ != "ckptdash.errors"} == set()
     tree = errors.__doc__ or ""
     assert all(cls.__name__ in tree for cls in found)

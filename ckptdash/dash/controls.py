@@ -24,8 +24,6 @@ from ckptdash.dash.text import esc, relative
 from ckptdash.dash.widgets import HtmlPane, button, confirmation, relabel
 from ckptdash.errors import CkptDashError, ControlError
 
-COMMAND_TTL_S = 600.0
-
 
 def default_author() -> str:
     """``user@host (dashboard)``: who the audit trail names for a click in this process."""
@@ -113,7 +111,9 @@ class ControlActions:
     def save_now(self) -> str:
         """Ask the job to save at its next step boundary (trigger ``manual``)."""
         snap = self._run()
-        cmd = control.issue(snap.root, "save_now", author=self._author(), ttl_s=COMMAND_TTL_S)
+        cmd = control.issue(
+            snap.root, "save_now", author=self._author(), ttl_s=control.DEFAULT_TTL_S
+        )
         self.last_command = (cmd.id, "Save now")
         self._nudge()
         return f"Save now sent ({cmd.id}); waiting for the job's answer"
@@ -122,7 +122,7 @@ class ControlActions:
         """Ask the job to save, then end without requeue (the view asks for confirmation)."""
         snap = self._run()
         cmd = control.issue(
-            snap.root, "stop_after_save", author=self._author(), ttl_s=COMMAND_TTL_S
+            snap.root, "stop_after_save", author=self._author(), ttl_s=control.DEFAULT_TTL_S
         )
         self.last_command = (cmd.id, "Stop after save")
         self._nudge()

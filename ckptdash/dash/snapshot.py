@@ -17,9 +17,8 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
 
-from ckptdash.events import Settings
+from ckptdash.events import CHECKPOINT_KINDS, COMMAND_KINDS, Settings
 from ckptdash.health import Facts
 from ckptdash.records import (
     AnomalyInfo,
@@ -36,21 +35,6 @@ from ckptdash.records import (
 from ckptdash.resume import ResumeChoice, choose_resume
 from ckptdash.state import RunState
 from ckptdash.state_checkpoints import checkpoint_order
-
-_CKPT_KINDS: Final = (
-    "checkpoint_started",
-    "checkpoint_saved",
-    "checkpoint_failed",
-    "checkpoint_removed",
-    "checkpoint_invalid",
-    "checkpoint_dir_declared",  # a checkpoint outside the run directory may count from now on
-)
-_COMMAND_KINDS: Final = (
-    "command_received",
-    "command_applied",
-    "command_rejected",
-    "command_expired",
-)
 
 
 @dataclass(frozen=True)
@@ -145,8 +129,8 @@ class SnapshotBuilder:
         whenever the settings file did.
         """
         counts = state.event_counts
-        ck_sig = tuple(counts.get(k, 0) for k in _CKPT_KINDS)
-        cmd_sig = (tuple(counts.get(k, 0) for k in _COMMAND_KINDS), sightings)
+        ck_sig = tuple(counts.get(k, 0) for k in CHECKPOINT_KINDS)
+        cmd_sig = (tuple(counts.get(k, 0) for k in COMMAND_KINDS), sightings)
         list_sig = (len(state.signals), len(state.requeues), len(state.exceptions))
         # Rank-0 pulses feed the progress series too.
         hb_sig = (counts.get("heartbeat", 0), counts.get("pulse", 0), len(state.attempts))

@@ -7,15 +7,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from ckptdash.errors import CkptDashError
+from ckptdash.errors import ConfigError as ConfigError  # also importable from here
 from ckptdash.train.signals import signal_number
 
 SignalAction = Literal["requeue", "terminate", "ignore"]
 RequeueMode = Literal["auto", "off"]
-
-
-class ConfigError(CkptDashError, ValueError):
-    """A configuration value is wrong; the message says which and what to use instead."""
 
 
 def _default_signals() -> dict[str, SignalAction]:
