@@ -79,8 +79,7 @@ class RecordingCheckpointIO(CheckpointIO):
             # An earlier background failure must not stop it (a preemption is coming).
             self.saver.wait()
         elif self.saver is not None:
-            raise_failed(self.saver)  # like AsyncCheckpointIO: a failed save ends fit()
-            self.saver.submit(
+            self.saver.submit(  # like AsyncCheckpointIO, an earlier failed save ends fit()
                 self.session.writer,
                 checkpoint,
                 os.fspath(path),
@@ -88,6 +87,7 @@ class RecordingCheckpointIO(CheckpointIO):
                 step=meta.get("step"),
                 epoch=checkpoint.get("epoch"),
                 on_saved=self.callback.on_checkpoint_saved,
+                fail_on_earlier=True,
             )
             return
         saved = save_atomic(
@@ -175,12 +175,6 @@ def writes_shards(strategy: Any) -> bool:
         or getattr(strategy, "_save_distributed_checkpoint", False) is True  # ModelParallel
         or type(strategy).__name__ == "DeepSpeedStrategy"
     )
-
-
-def raise_failed(saver: AsyncSaver) -> None:
-    for failed in saver.take_failures():
-        assert failed.error is not None
-        raise failed.error
 
 
 def flush_async(io: Any) -> None:

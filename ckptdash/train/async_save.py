@@ -256,6 +256,7 @@ class AsyncSaver:
         step: int | None,
         epoch: int | None = None,
         on_saved: Callable[[CheckpointSaved], None] | None = None,
+        fail_on_earlier: bool = False,
     ) -> SaveHandle:
         """Stage ``state`` now, persist it to ``path`` in the background; returns at once.
 
@@ -263,11 +264,21 @@ class AsyncSaver:
         or ``checkpoint_failed`` when the persist ends. ``on_saved`` runs on the persist's
         thread once the save is durable. An error while staging (out of memory, an object
         that cannot be copied) is recorded and raised here.
+
+        ``fail_on_earlier``: once a staging area is free (with one in flight: the earlier
+        save has ended), raise the error of an earlier save nobody retrieved instead of
+        staging this one — Lightning's AsyncCheckpointIO behaviour, without its race of a
+        failure that is still being written when the next save comes.
         """
         began = time.perf_counter()
         target = Path(os.path.abspath(path))
         handle = SaveHandle(str(target), trigger, step)
         area = self._acquire()
+        if fail_on_earlier:
+            for failed in self.take_failures():
+                self._release(area)
+                assert failed.error is not None
+                raise failed.error
         try:
             if writer is not None:
                 writer.emit(CheckpointStarted, step=step, path=str(target), trigger=trigger)
@@ -386,11 +397,11 @@ class AsyncSaver:
         except BaseException as exc:  # handed to the caller through the handle
             error = exc
         finally:
-            self._release(area)
-            with self._lock:
+            with self._lock:  # the outcome is known before the area is free for the next save
                 self._handles.remove(handle)
                 if error is not None:
                     self._failed.append(handle)
+            self._release(area)
             handle._finish(saved, error)
         if saved is not None and on_saved is not None:
             try:
