@@ -215,6 +215,117 @@ def _margin_bars(mg: Columns, snap: RunSnapshot, offset_s: float) -> None:
         )
 
 
+def _empty_figure(height: int) -> Any:
+    """Datetime x, step y, horizontal pan and zoom (the steps axis stays whole)."""
+    fig = figure(
+        height=height,
+        sizing_mode="stretch_width",
+        x_axis_type="datetime",
+        x_axis_label="wall time (dashboard host's local time)",
+        y_axis_label="step",
+        tools="xpan,xwheel_zoom,box_zoom,reset,save",
+        active_scroll="xwheel_zoom",
+        toolbar_location="right",
+    )
+    fig.xgrid.grid_line_alpha = 0.3
+    fig.ygrid.grid_line_alpha = 0.3
+    return fig
+
+
+def _band_glyphs(fig: Any, s: dict[str, ColumnDataSource]) -> list[Any]:
+    """The attempt bands, the progress lines and the preemption margins."""
+    return [
+        fig.quad(
+            left="left",
+            right="right",
+            bottom=0,
+            top="top",
+            source=s["attempts"],
+            fill_color="color",
+            fill_alpha=0.55,
+            line_color="#ced4da",
+            legend_label="attempt",
+        ),
+        fig.multi_line(xs="xs", ys="ys", source=s["progress"], line_width=2, color="#495057"),
+        fig.segment(
+            x0="x0",
+            x1="x1",
+            y0="y",
+            y1="y",
+            source=s["margins"],
+            line_width=8,
+            line_alpha=0.6,
+            color="#f08c00",
+            legend_label="preemption margin",
+        ),
+    ]
+
+
+def _marker_glyphs(fig: Any, s: dict[str, ColumnDataSource]) -> list[Any]:
+    """Commands, checkpoints, signals, requeues and exceptions, at their moment and step."""
+    return [
+        # A command lands where its save lands (Save now → a manual save at the same step and
+        # moment): drawn first and hollow, around the save's dot, so both stay visible.
+        fig.scatter(
+            "x",
+            "y",
+            source=s["commands"],
+            marker="square",
+            size=16,
+            fill_alpha=0,
+            line_width=2,
+            line_color="color",
+            legend_label="command",
+        ),
+        fig.scatter(
+            "x",
+            "y",
+            source=s["checkpoints"],
+            size=9,
+            color="color",
+            line_color="white",
+            legend_field="label",
+        ),
+        fig.scatter(
+            "x",
+            "y",
+            source=s["signals"],
+            marker="inverted_triangle",
+            size=13,
+            color="#e03131",
+            legend_label="signal received",
+        ),
+        fig.scatter(
+            "x",
+            "y",
+            source=s["requeues"],
+            marker="diamond",
+            size=13,
+            color="color",
+            legend_label="requeue",
+        ),
+        fig.scatter(
+            "x",
+            "y",
+            source=s["exceptions"],
+            marker="x",
+            size=13,
+            line_width=3,
+            color="#862e9c",
+            legend_label="exception",
+        ),
+    ]
+
+
+def _legend_outside(fig: Any) -> None:
+    """Click an entry to hide its glyphs; the legend sits right of the plot: it hides nothing."""
+    legend = fig.legend[0]
+    legend.click_policy = "hide"
+    legend.label_text_font_size = "11px"
+    legend.border_line_alpha = 0
+    fig.add_layout(legend, "right")
+
+
 class Timeline(pn.viewable.Viewer):  # type: ignore[misc]
     """The run's timeline; redrawn in place whenever the selected run changes."""
 
@@ -241,117 +352,11 @@ class Timeline(pn.viewable.Viewer):  # type: ignore[misc]
         return self._pane
 
     def _figure(self, height: int) -> Any:
-        s = self.sources
-        fig = figure(
-            height=height,
-            sizing_mode="stretch_width",
-            x_axis_type="datetime",
-            x_axis_label="wall time (dashboard host's local time)",
-            y_axis_label="step",
-            tools="xpan,xwheel_zoom,box_zoom,reset,save",
-            active_scroll="xwheel_zoom",
-            toolbar_location="right",
-        )
-        fig.xgrid.grid_line_alpha = 0.3
-        fig.ygrid.grid_line_alpha = 0.3
-        hover: list[Any] = []
-
-        def add(renderer: Any) -> None:
-            hover.append(renderer)
-
-        add(
-            fig.quad(
-                left="left",
-                right="right",
-                bottom=0,
-                top="top",
-                source=s["attempts"],
-                fill_color="color",
-                fill_alpha=0.55,
-                line_color="#ced4da",
-                legend_label="attempt",
-            )
-        )
-        add(fig.multi_line(xs="xs", ys="ys", source=s["progress"], line_width=2, color="#495057"))
-        add(
-            fig.segment(
-                x0="x0",
-                x1="x1",
-                y0="y",
-                y1="y",
-                source=s["margins"],
-                line_width=8,
-                line_alpha=0.6,
-                color="#f08c00",
-                legend_label="preemption margin",
-            )
-        )
-        # A command lands where its save lands (Save now → a manual save at the same step and
-        # moment): drawn first and hollow, around the save's dot, so both stay visible.
-        add(
-            fig.scatter(
-                "x",
-                "y",
-                source=s["commands"],
-                marker="square",
-                size=16,
-                fill_alpha=0,
-                line_width=2,
-                line_color="color",
-                legend_label="command",
-            )
-        )
-        add(
-            fig.scatter(
-                "x",
-                "y",
-                source=s["checkpoints"],
-                size=9,
-                color="color",
-                line_color="white",
-                legend_field="label",
-            )
-        )
-        add(
-            fig.scatter(
-                "x",
-                "y",
-                source=s["signals"],
-                marker="inverted_triangle",
-                size=13,
-                color="#e03131",
-                legend_label="signal received",
-            )
-        )
-        add(
-            fig.scatter(
-                "x",
-                "y",
-                source=s["requeues"],
-                marker="diamond",
-                size=13,
-                color="color",
-                legend_label="requeue",
-            )
-        )
-        add(
-            fig.scatter(
-                "x",
-                "y",
-                source=s["exceptions"],
-                marker="x",
-                size=13,
-                line_width=3,
-                color="#862e9c",
-                legend_label="exception",
-            )
-        )
+        fig = _empty_figure(height)
+        # Drawn in this order: bands under lines under markers.
+        hover = [*_band_glyphs(fig, self.sources), *_marker_glyphs(fig, self.sources)]
         fig.add_tools(HoverTool(renderers=hover, tooltips=HOVER_TOOLTIP))
-        legend = fig.legend[0]
-        legend.click_policy = "hide"
-        legend.label_text_font_size = "11px"
-        legend.border_line_alpha = 0
-        fig.add_layout(legend, "right")  # outside the plot: it hides nothing
+        _legend_outside(fig)
         return fig
 
     def _on_run(self, *events: object) -> None:
