@@ -38,6 +38,41 @@ from ckptdash.state_checkpoints import checkpoint_order
 
 
 @dataclass(frozen=True)
+class RunSignature:
+    """What a :class:`RunSnapshot` was built from, part by part. Equal signatures: the same
+    snapshot; an equal part: the next snapshot reuses what was built from it."""
+
+    events_total: int
+    checkpoints: tuple[int, ...]
+    """How many events of each checkpoint kind (:data:`~ckptdash.events.CHECKPOINT_KINDS`)."""
+    commands: tuple[tuple[int, ...], int]
+    """How many events of each command kind, and the command-file sightings."""
+    lists: tuple[int, int, int]
+    """How many signals, requeues and exceptions."""
+    progress: tuple[int, int, int]
+    """How many heartbeats and pulses (rank-0 pulses feed the progress series too), and
+    attempts."""
+    bad_lines: tuple[tuple[str, int], ...]
+    settings_key: object
+    """Changes whenever the settings file did."""
+    run_id: str
+
+    @classmethod
+    def of(cls, state: RunState, *, sightings: int, settings_key: object) -> RunSignature:
+        counts = state.event_counts
+        return cls(
+            events_total=state.events_total,
+            checkpoints=tuple(counts.get(k, 0) for k in CHECKPOINT_KINDS),
+            commands=(tuple(counts.get(k, 0) for k in COMMAND_KINDS), sightings),
+            lists=(len(state.signals), len(state.requeues), len(state.exceptions)),
+            progress=(counts.get("heartbeat", 0), counts.get("pulse", 0), len(state.attempts)),
+            bad_lines=tuple(sorted(state.bad_lines.counts.items())),
+            settings_key=settings_key,
+            run_id=state.run_id,
+        )
+
+
+@dataclass(frozen=True)
 class RunSnapshot:
     """One run as it was after a poll; never changes (parts are shared between snapshots)."""
 
@@ -61,7 +96,7 @@ class RunSnapshot:
     events_total: int
     bad_lines: Mapping[str, int]
     replaced: int
-    signature: tuple[object, ...] = field(repr=False, compare=False)
+    signature: RunSignature = field(repr=False, compare=False)
     times: Mapping[int, AttemptTimes] = field(default_factory=dict)
     """Per attempt, what badput needs (:mod:`ckptdash.badput`)."""
     metrics: Mapping[int, Sequence[MetricPoint]] = field(default_factory=dict, repr=False)
@@ -128,69 +163,30 @@ class SnapshotBuilder:
         change a command's status without an event); ``settings_key`` changes
         whenever the settings file did.
         """
-        counts = state.event_counts
-        ck_sig = tuple(counts.get(k, 0) for k in CHECKPOINT_KINDS)
-        cmd_sig = (tuple(counts.get(k, 0) for k in COMMAND_KINDS), sightings)
-        list_sig = (len(state.signals), len(state.requeues), len(state.exceptions))
-        # Rank-0 pulses feed the progress series too.
-        hb_sig = (counts.get("heartbeat", 0), counts.get("pulse", 0), len(state.attempts))
-        bad_sig = tuple(sorted(state.bad_lines.counts.items()))
-        signature = (
-            state.events_total,
-            ck_sig,
-            cmd_sig,
-            list_sig,
-            hb_sig,
-            bad_sig,
-            settings_key,
-            state.run_id,
-        )
+        signature = RunSignature.of(state, sightings=sightings, settings_key=settings_key)
         old = self.last
         if old is not None and old.signature == signature:
             return old
         self._version += 1
-
-        def same(index: int) -> bool:
-            return old is not None and old.signature[index] == signature[index]
-
         checkpoints = (
             old.checkpoints
-            if old is not None and same(1)
-            else tuple(sorted(state.checkpoints.values(), key=checkpoint_order, reverse=True))
+            if old is not None and old.signature.checkpoints == signature.checkpoints
+            else _checkpoints_newest_first(state)
         )
         commands = (
             old.commands
-            if old is not None and same(2)
-            else tuple(
-                sorted(
-                    state.commands.values(),
-                    key=lambda c: (c.issued_at or c.received_at or c.resolved_at or 0.0, c.id),
-                    reverse=True,
-                )
-            )
+            if old is not None and old.signature.commands == signature.commands
+            else _commands_newest_first(state)
         )
-        series = (
-            old.series
-            if old is not None and same(4)
-            else {n: tuple(points) for n, points in state.series.items()}
-        )
-        metrics = old.metrics if old is not None and same(4) else state.metrics()
-        resume_sig = (ck_sig, settings_key)
-        resume = old.resume if old is not None and resume_sig == self._resume_sig else None
-        if resume is None:
-            resume = _resume_choice(self.root, state)
-            self._resume_sig = resume_sig
+        if old is not None and old.signature.progress == signature.progress:
+            series, metrics = old.series, old.metrics
+        else:
+            series = {n: tuple(points) for n, points in state.series.items()}
+            metrics = state.metrics()
+        resume = self._resume(state, signature, old)
         # AttemptInfo objects are updated in place by the state: copy them.
         attempts = tuple(dataclasses.replace(a) for a in state.attempts.values())
-        newest = attempts[-1].attempt if attempts else None
-        facts = Facts(
-            attempts={a.attempt: a for a in attempts},
-            ranks=tuple(state.rank_info(newest)) if newest is not None else (),
-            series={n: p for n, p in series.items() if n == newest},
-            checkpoints=checkpoints,
-            signals=tuple(state.signals),
-            save_outcomes=tuple(state.save_outcomes()),
-        )
+        facts = _facts(state, attempts, series, checkpoints)
         snap = RunSnapshot(
             root=self.root,
             name=self.name,
@@ -218,6 +214,50 @@ class SnapshotBuilder:
         )
         self.last = snap
         return snap
+
+    def _resume(
+        self, state: RunState, signature: RunSignature, old: RunSnapshot | None
+    ) -> ResumeChoice | None:
+        """The resume rule's answer, applied again only when the checkpoints or the settings
+        changed (it stats every candidate)."""
+        resume_sig = (signature.checkpoints, signature.settings_key)
+        resume = old.resume if old is not None and resume_sig == self._resume_sig else None
+        if resume is None:
+            resume = _resume_choice(self.root, state)
+            self._resume_sig = resume_sig
+        return resume
+
+
+def _checkpoints_newest_first(state: RunState) -> tuple[CheckpointInfo, ...]:
+    return tuple(sorted(state.checkpoints.values(), key=checkpoint_order, reverse=True))
+
+
+def _commands_newest_first(state: RunState) -> tuple[CommandInfo, ...]:
+    return tuple(
+        sorted(
+            state.commands.values(),
+            key=lambda c: (c.issued_at or c.received_at or c.resolved_at or 0.0, c.id),
+            reverse=True,
+        )
+    )
+
+
+def _facts(
+    state: RunState,
+    attempts: tuple[AttemptInfo, ...],
+    series: Mapping[int, Sequence[tuple[float, int]]],
+    checkpoints: tuple[CheckpointInfo, ...],
+) -> Facts:
+    """What the health detectors read: the newest attempt's ranks and progress."""
+    newest = attempts[-1].attempt if attempts else None
+    return Facts(
+        attempts={a.attempt: a for a in attempts},
+        ranks=tuple(state.rank_info(newest)) if newest is not None else (),
+        series={n: p for n, p in series.items() if n == newest},
+        checkpoints=checkpoints,
+        signals=tuple(state.signals),
+        save_outcomes=tuple(state.save_outcomes()),
+    )
 
 
 def _resume_choice(root: str, state: RunState) -> ResumeChoice | None:

@@ -48,7 +48,8 @@ OUTCOME_COLORS: Final = {
 }
 COMMAND_COLORS: Final = {"applied": "#2b8a3e", "rejected": "#c92a2a", "expired": "#e8590c"}
 
-Data = dict[str, dict[str, list[Any]]]
+Columns = dict[str, list[Any]]
+Data = dict[str, Columns]
 
 REDRAW_GAP_S: Final = 0.5
 """Redraw the plot at most this often. A redraw costs the browser tens of milliseconds and
@@ -74,23 +75,37 @@ def _step_at(snap: RunSnapshot, attempt: int | None, t: float) -> int:
     return points[max(0, i - 1)][1]
 
 
+_COLUMNS: Final = {
+    "attempts": ["left", "right", "top", "color", "title", "desc"],
+    "progress": ["xs", "ys", "title", "desc"],
+    "checkpoints": ["x", "y", "label", "color", "title", "desc"],
+    "signals": ["x", "y", "title", "desc"],
+    "requeues": ["x", "y", "color", "title", "desc"],
+    "commands": ["x", "y", "color", "title", "desc"],
+    "exceptions": ["x", "y", "title", "desc"],
+    "margins": ["x0", "x1", "y", "title", "desc"],
+}
+"""Each glyph's data source and its columns (``title`` and ``desc`` feed the hover tooltip)."""
+
+
 def timeline_data(snap: RunSnapshot | None, offset_s: float = 0.0) -> Data:
     """The columns of every glyph for ``snap``; x is milliseconds (Bokeh datetime) + offset."""
-    d: Data = {
-        name: {c: [] for c in cols}
-        for name, cols in {
-            "attempts": ["left", "right", "top", "color", "title", "desc"],
-            "progress": ["xs", "ys", "title", "desc"],
-            "checkpoints": ["x", "y", "label", "color", "title", "desc"],
-            "signals": ["x", "y", "title", "desc"],
-            "requeues": ["x", "y", "color", "title", "desc"],
-            "commands": ["x", "y", "color", "title", "desc"],
-            "exceptions": ["x", "y", "title", "desc"],
-            "margins": ["x0", "x1", "y", "title", "desc"],
-        }.items()
-    }
+    d: Data = {name: {c: [] for c in cols} for name, cols in _COLUMNS.items()}
     if snap is None:
         return d
+    _attempt_bands(d["attempts"], snap, offset_s)
+    _progress_lines(d["progress"], snap, offset_s)
+    _checkpoint_dots(d["checkpoints"], snap, offset_s)
+    _signal_markers(d["signals"], snap, offset_s)
+    _requeue_markers(d["requeues"], snap, offset_s)
+    _command_markers(d["commands"], snap, offset_s)
+    _exception_markers(d["exceptions"], snap, offset_s)
+    _margin_bars(d["margins"], snap, offset_s)
+    return d
+
+
+def _attempt_bands(band: Columns, snap: RunSnapshot, offset_s: float) -> None:
+    """One band per attempt, from its start to its end (or its last heartbeat), full height."""
     steps = [a.step or 0 for a in snap.attempts] + [c.step or 0 for c in snap.checkpoints]
     top = max([1, *steps]) * 1.05
     for a in snap.attempts:
@@ -98,7 +113,6 @@ def timeline_data(snap: RunSnapshot | None, offset_s: float = 0.0) -> Data:
         end = a.ended_at if a.ended_at is not None else a.last_heartbeat_t
         if start is None or end is None:
             continue
-        band = d["attempts"]
         band["left"].append(_ms(start, offset_s))
         band["right"].append(_ms(max(end, start + 1e-3), offset_s))
         band["top"].append(top)
@@ -112,17 +126,23 @@ def timeline_data(snap: RunSnapshot | None, offset_s: float = 0.0) -> Data:
                 f"resumed from {a.resumed_from} ({a.resume_reason})" if a.resumed_from else "",
             )
         )
+
+
+def _progress_lines(line: Columns, snap: RunSnapshot, offset_s: float) -> None:
+    """Each attempt's step over time."""
     for n, points in snap.series.items():
         if points:
-            line = d["progress"]
             line["xs"].append([_ms(t, offset_s) for t, _ in points])
             line["ys"].append([s for _, s in points])
             line["title"].append(f"attempt {n} progress")
             line["desc"].append(esc(f"steps {points[0][1]} → {points[-1][1]}"))
+
+
+def _checkpoint_dots(ck: Columns, snap: RunSnapshot, offset_s: float) -> None:
+    """Each checkpoint with a time, coloured by what triggered it."""
     for c in snap.checkpoints:
         if c.t is None:
             continue
-        ck = d["checkpoints"]
         ck["x"].append(_ms(c.t, offset_s))
         ck["y"].append(c.step or 0)
         ck["label"].append(f"{c.trigger or '?'} save")
@@ -136,40 +156,52 @@ def timeline_data(snap: RunSnapshot | None, offset_s: float = 0.0) -> Data:
                 c.reason or c.error,
             )
         )
+
+
+def _signal_markers(sig: Columns, snap: RunSnapshot, offset_s: float) -> None:
     for s in snap.signals:
-        sig = d["signals"]
         sig["x"].append(_ms(s.t, offset_s))
         sig["y"].append(s.step if s.step is not None else _step_at(snap, s.attempt, s.t))
         sig["title"].append(f"signal {s.signal} → {s.action or '?'}")
         sig["desc"].append(_lines(f"attempt {s.attempt} rank {s.rank} at {fmt.clock(s.t)}"))
+
+
+def _requeue_markers(rq: Columns, snap: RunSnapshot, offset_s: float) -> None:
     for r in snap.requeues:
-        rq = d["requeues"]
         rq["x"].append(_ms(r.t, offset_s))
         rq["y"].append(_step_at(snap, r.attempt, r.t))
         rq["color"].append("#1971c2" if r.issued else "#c92a2a")
         rq["title"].append("requeue issued" if r.issued else "requeue skipped")
         rq["desc"].append(_lines(r.command if r.issued else r.reason, f"attempt {r.attempt}"))
+
+
+def _command_markers(cm: Columns, snap: RunSnapshot, offset_s: float) -> None:
+    """Each command at its latest moment (resolved, else received, else issued)."""
     for cmd in snap.commands:
         t = cmd.resolved_at or cmd.received_at or cmd.issued_at
         if t is None:
             continue
-        cm = d["commands"]
         cm["x"].append(_ms(t, offset_s))
         cm["y"].append(_step_at(snap, cmd.attempt, t))
         cm["color"].append(COMMAND_COLORS.get(cmd.status, "#1971c2"))
         cm["title"].append(f"{cmd.command or 'command'}: {cmd.status}")
         cm["desc"].append(_lines(f"by {cmd.author}", cmd.detail or cmd.reason or cmd.error))
+
+
+def _exception_markers(ex: Columns, snap: RunSnapshot, offset_s: float) -> None:
     for e in snap.exceptions:
-        ex = d["exceptions"]
         ex["x"].append(_ms(e.t, offset_s))
         ex["y"].append(e.step if e.step is not None else _step_at(snap, e.attempt, e.t))
         ex["title"].append(f"exception {e.error_type}")
         ex["desc"].append(_lines(e.message, f"attempt {e.attempt} rank {e.rank}"))
+
+
+def _margin_bars(mg: Columns, snap: RunSnapshot, offset_s: float) -> None:
+    """Each preemption's margin: from the signal to the requeue (or the save, or the end)."""
     for p in goodput.preemptions(snap):
         if p.signal_t is None:
             continue
         end = p.requeue_t or p.saved_t or p.end_t
-        mg = d["margins"]
         mg["x0"].append(_ms(p.signal_t, offset_s))
         mg["x1"].append(_ms(max(end, p.signal_t), offset_s))
         mg["y"].append(_step_at(snap, p.attempt, p.signal_t))
@@ -181,7 +213,117 @@ def timeline_data(snap: RunSnapshot | None, offset_s: float = 0.0) -> Data:
                 f"work lost: {fmt.duration(p.lost_s)}",
             )
         )
-    return d
+
+
+def _empty_figure(height: int) -> Any:
+    """Datetime x, step y, horizontal pan and zoom (the steps axis stays whole)."""
+    fig = figure(
+        height=height,
+        sizing_mode="stretch_width",
+        x_axis_type="datetime",
+        x_axis_label="wall time (dashboard host's local time)",
+        y_axis_label="step",
+        tools="xpan,xwheel_zoom,box_zoom,reset,save",
+        active_scroll="xwheel_zoom",
+        toolbar_location="right",
+    )
+    fig.xgrid.grid_line_alpha = 0.3
+    fig.ygrid.grid_line_alpha = 0.3
+    return fig
+
+
+def _band_glyphs(fig: Any, s: dict[str, ColumnDataSource]) -> list[Any]:
+    """The attempt bands, the progress lines and the preemption margins."""
+    return [
+        fig.quad(
+            left="left",
+            right="right",
+            bottom=0,
+            top="top",
+            source=s["attempts"],
+            fill_color="color",
+            fill_alpha=0.55,
+            line_color="#ced4da",
+            legend_label="attempt",
+        ),
+        fig.multi_line(xs="xs", ys="ys", source=s["progress"], line_width=2, color="#495057"),
+        fig.segment(
+            x0="x0",
+            x1="x1",
+            y0="y",
+            y1="y",
+            source=s["margins"],
+            line_width=8,
+            line_alpha=0.6,
+            color="#f08c00",
+            legend_label="preemption margin",
+        ),
+    ]
+
+
+def _marker_glyphs(fig: Any, s: dict[str, ColumnDataSource]) -> list[Any]:
+    """Commands, checkpoints, signals, requeues and exceptions, at their moment and step."""
+    return [
+        # A command lands where its save lands (Save now → a manual save at the same step and
+        # moment): drawn first and hollow, around the save's dot, so both stay visible.
+        fig.scatter(
+            "x",
+            "y",
+            source=s["commands"],
+            marker="square",
+            size=16,
+            fill_alpha=0,
+            line_width=2,
+            line_color="color",
+            legend_label="command",
+        ),
+        fig.scatter(
+            "x",
+            "y",
+            source=s["checkpoints"],
+            size=9,
+            color="color",
+            line_color="white",
+            legend_field="label",
+        ),
+        fig.scatter(
+            "x",
+            "y",
+            source=s["signals"],
+            marker="inverted_triangle",
+            size=13,
+            color="#e03131",
+            legend_label="signal received",
+        ),
+        fig.scatter(
+            "x",
+            "y",
+            source=s["requeues"],
+            marker="diamond",
+            size=13,
+            color="color",
+            legend_label="requeue",
+        ),
+        fig.scatter(
+            "x",
+            "y",
+            source=s["exceptions"],
+            marker="x",
+            size=13,
+            line_width=3,
+            color="#862e9c",
+            legend_label="exception",
+        ),
+    ]
+
+
+def _legend_outside(fig: Any) -> None:
+    """Click an entry to hide its glyphs; the legend sits right of the plot: it hides nothing."""
+    legend = fig.legend[0]
+    legend.click_policy = "hide"
+    legend.label_text_font_size = "11px"
+    legend.border_line_alpha = 0
+    fig.add_layout(legend, "right")
 
 
 class Timeline(pn.viewable.Viewer):  # type: ignore[misc]
@@ -210,117 +352,11 @@ class Timeline(pn.viewable.Viewer):  # type: ignore[misc]
         return self._pane
 
     def _figure(self, height: int) -> Any:
-        s = self.sources
-        fig = figure(
-            height=height,
-            sizing_mode="stretch_width",
-            x_axis_type="datetime",
-            x_axis_label="wall time (dashboard host's local time)",
-            y_axis_label="step",
-            tools="xpan,xwheel_zoom,box_zoom,reset,save",
-            active_scroll="xwheel_zoom",
-            toolbar_location="right",
-        )
-        fig.xgrid.grid_line_alpha = 0.3
-        fig.ygrid.grid_line_alpha = 0.3
-        hover: list[Any] = []
-
-        def add(renderer: Any) -> None:
-            hover.append(renderer)
-
-        add(
-            fig.quad(
-                left="left",
-                right="right",
-                bottom=0,
-                top="top",
-                source=s["attempts"],
-                fill_color="color",
-                fill_alpha=0.55,
-                line_color="#ced4da",
-                legend_label="attempt",
-            )
-        )
-        add(fig.multi_line(xs="xs", ys="ys", source=s["progress"], line_width=2, color="#495057"))
-        add(
-            fig.segment(
-                x0="x0",
-                x1="x1",
-                y0="y",
-                y1="y",
-                source=s["margins"],
-                line_width=8,
-                line_alpha=0.6,
-                color="#f08c00",
-                legend_label="preemption margin",
-            )
-        )
-        # A command lands where its save lands (Save now → a manual save at the same step and
-        # moment): drawn first and hollow, around the save's dot, so both stay visible.
-        add(
-            fig.scatter(
-                "x",
-                "y",
-                source=s["commands"],
-                marker="square",
-                size=16,
-                fill_alpha=0,
-                line_width=2,
-                line_color="color",
-                legend_label="command",
-            )
-        )
-        add(
-            fig.scatter(
-                "x",
-                "y",
-                source=s["checkpoints"],
-                size=9,
-                color="color",
-                line_color="white",
-                legend_field="label",
-            )
-        )
-        add(
-            fig.scatter(
-                "x",
-                "y",
-                source=s["signals"],
-                marker="inverted_triangle",
-                size=13,
-                color="#e03131",
-                legend_label="signal received",
-            )
-        )
-        add(
-            fig.scatter(
-                "x",
-                "y",
-                source=s["requeues"],
-                marker="diamond",
-                size=13,
-                color="color",
-                legend_label="requeue",
-            )
-        )
-        add(
-            fig.scatter(
-                "x",
-                "y",
-                source=s["exceptions"],
-                marker="x",
-                size=13,
-                line_width=3,
-                color="#862e9c",
-                legend_label="exception",
-            )
-        )
+        fig = _empty_figure(height)
+        # Drawn in this order: bands under lines under markers.
+        hover = [*_band_glyphs(fig, self.sources), *_marker_glyphs(fig, self.sources)]
         fig.add_tools(HoverTool(renderers=hover, tooltips=HOVER_TOOLTIP))
-        legend = fig.legend[0]
-        legend.click_policy = "hide"
-        legend.label_text_font_size = "11px"
-        legend.border_line_alpha = 0
-        fig.add_layout(legend, "right")  # outside the plot: it hides nothing
+        _legend_outside(fig)
         return fig
 
     def _on_run(self, *events: object) -> None:

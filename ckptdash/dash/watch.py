@@ -34,7 +34,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, TypeAlias
 
@@ -85,6 +85,96 @@ class _Wake(FileSystemEventHandler):
         self._note(os.fsdecode(event.src_path))
 
 
+class _Polling:
+    """Polling: the worker's timer, every ``interval_s``, and the tailer's ``stat`` of each
+    event file; nothing to start or stop."""
+
+    mode: Final = "poll"
+
+    def __init__(self, reason: str, interval_s: float) -> None:
+        self.reason = reason
+        self.refresh_s = interval_s
+
+    def start(self) -> None:
+        pass
+
+    def watch_run(self, rd: RunDir) -> None:
+        pass
+
+    def stop(self, timeout: float) -> None:
+        pass
+
+    def describe(self) -> str:
+        return f"{self.reason}, every {self.refresh_s:g} s"
+
+
+class _Inotify:
+    """inotify through a watchdog Observer: every change under a watched folder calls ``note``;
+    the worker still polls every ``refresh_s`` as a safety net."""
+
+    mode: Final = "inotify"
+
+    def __init__(
+        self, path: Path, reason: str, refresh_s: float, note: Callable[[str], None]
+    ) -> None:
+        self.path = path
+        self.reason = reason
+        self.refresh_s = refresh_s
+        self._handler = _Wake(note)
+        self._observer: BaseObserver | None = None
+        self._watched: set[str] = set()
+
+    def start(self) -> None:
+        """Start the observer and watch the path; OSError when inotify is unavailable."""
+        observer = Observer()
+        observer.daemon = True
+        observer.start()
+        self._observer = observer
+        self._watch(str(self.path), recursive=False)
+
+    def watch_run(self, rd: RunDir) -> None:
+        """Add inotify watches as a run's folders appear: events/ and control/, never
+        checkpoints/ (a big save writes millions of times)."""
+        if self._observer is None:
+            return
+        wanted = [(str(rd.root), False), (str(rd.root / EVENTS_DIR), False)]
+        wanted.append((str(rd.root / CONTROL_DIR), True))
+        for folder, recursive in wanted:
+            if (
+                folder not in self._watched
+                and os.path.isdir(folder)
+                and self._watch(folder, recursive=recursive)
+            ):
+                self._watched.add(folder)
+
+    def stop(self, timeout: float) -> None:
+        if self._observer is not None:
+            self._observer.stop()
+            self._observer.join(timeout)
+            self._observer = None
+
+    def describe(self) -> str:
+        return f"{self.reason}, checked every {self.refresh_s:g} s"
+
+    def _watch(self, folder: str, *, recursive: bool) -> bool:
+        if self._observer is None:
+            return False
+        try:
+            self._observer.schedule(
+                self._handler, folder, recursive=recursive, event_filter=_EVENT_FILTER
+            )
+        except OSError as exc:
+            # Out of inotify watches, or the folder vanished: the safety poll still sees it.
+            log.info(
+                "ckptdash: cannot watch %s (%s); polled every %g s", folder, exc, self.refresh_s
+            )
+            return False
+        return True
+
+
+_Strategy: TypeAlias = _Inotify | _Polling
+
+
 @dataclass
 class _Run:
     """One run as the worker keeps it."""
@@ -97,7 +187,6 @@ class _Run:
     settings: Settings | None = None
     settings_error: str = ""
     settings_key: object = None
-    watched: set[str] = field(default_factory=set)
 
 
 Subscriber: TypeAlias = Callable[[FolderSnapshot], None]
@@ -130,9 +219,13 @@ class RunWatcher:
                 " both must be positive numbers of seconds"
             )
         self.path = Path(path)
-        self.mode, self.mode_reason = choose_mode(self.path, mode)
         self.poll_interval_s = poll_interval_s
-        self.refresh_s = refresh_s if self.mode == "inotify" else poll_interval_s
+        chosen, reason = choose_mode(self.path, mode)
+        self._strategy: _Strategy = (
+            _Inotify(self.path, reason, refresh_s, self._note)
+            if chosen == "inotify"
+            else _Polling(reason, poll_interval_s)
+        )
         self._min_gap_s = min_gap_s  # bursts of appends are read together, not line by line
         self._clock = clock
         self._wake = threading.Event()
@@ -145,12 +238,25 @@ class RunWatcher:
         self._version = 0
         self._problem = ""
         self._is_folder = False
-        self._observer: BaseObserver | None = None
-        self._handler = _Wake(self._note)
         self._dirty: set[str] = set()  # paths inotify reported since the last poll
         self._thread: threading.Thread | None = None
         self.latest: FolderSnapshot | None = None
         self.polls = 0
+
+    @property
+    def mode(self) -> WatchMode:
+        """``inotify`` or ``poll``: how changes are noticed (``poll`` after a fall-back)."""
+        return self._strategy.mode
+
+    @property
+    def mode_reason(self) -> str:
+        """Why this mode, as the user is shown it."""
+        return self._strategy.reason
+
+    @property
+    def refresh_s(self) -> float:
+        """The longest wait between two polls (the safety net under inotify)."""
+        return self._strategy.refresh_s
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -158,8 +264,12 @@ class RunWatcher:
         """Start the worker (and the inotify observer); returns self. Idempotent."""
         if self._thread is not None:
             return self
-        if self.mode == "inotify":
-            self._start_observer()
+        try:
+            self._strategy.start()
+        except OSError as exc:  # inotify instances exhausted: fall back, say why (as watchdog does)
+            reason = f"polling (inotify unavailable: {exc.strerror or exc})"
+            self._strategy = _Polling(reason, self.poll_interval_s)
+            log.warning("ckptdash: %s: %s", self.path, reason)
         self._thread = threading.Thread(
             target=self._run, name=f"ckptdash-watch:{self.path.name}", daemon=True
         )
@@ -174,10 +284,7 @@ class RunWatcher:
         # observer that is stopping starts an emitter thread that nobody would stop.
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout)
-        if self._observer is not None:
-            self._observer.stop()
-            self._observer.join(timeout)
-            self._observer = None
+        self._strategy.stop(timeout)
 
     def __enter__(self) -> RunWatcher:
         return self.start()
@@ -214,35 +321,6 @@ class RunWatcher:
         return unsubscribe
 
     # --- the worker --------------------------------------------------------------------------
-
-    def _start_observer(self) -> None:
-        observer = Observer()
-        observer.daemon = True
-        try:
-            observer.start()
-        except OSError as exc:  # inotify instances exhausted: fall back, say why (as watchdog does)
-            self.mode = "poll"
-            self.mode_reason = f"polling (inotify unavailable: {exc.strerror or exc})"
-            self.refresh_s = self.poll_interval_s
-            log.warning("ckptdash: %s: %s", self.path, self.mode_reason)
-            return
-        self._observer = observer
-        self._watch(str(self.path), recursive=False)
-
-    def _watch(self, folder: str, *, recursive: bool) -> bool:
-        if self._observer is None:
-            return False
-        try:
-            self._observer.schedule(
-                self._handler, folder, recursive=recursive, event_filter=_EVENT_FILTER
-            )
-        except OSError as exc:
-            # Out of inotify watches, or the folder vanished: the safety poll still sees it.
-            log.info(
-                "ckptdash: cannot watch %s (%s); polled every %g s", folder, exc, self.refresh_s
-            )
-            return False
-        return True
 
     def _note(self, path: str) -> None:
         with self._lock:
@@ -323,7 +401,7 @@ class RunWatcher:
                     settings_error=run.settings_error,
                     settings_key=run.settings_key,
                 )
-            self._watch_run(run)
+            self._strategy.watch_run(run.rd)
 
     def _discover(self) -> None:
         """Find the runs (new ones join as they appear); note why there are none."""
@@ -350,21 +428,6 @@ class RunWatcher:
                 self._runs[root] = _Run(
                     rd, RunTailer(rd), RunState(root, run_id, confine=True), SnapshotBuilder(root)
                 )
-
-    def _watch_run(self, run: _Run) -> None:
-        """Add inotify watches as a run's folders appear: events/ and control/, never
-        checkpoints/ (a big save writes millions of times)."""
-        if self._observer is None:
-            return
-        wanted = [(str(run.rd.root), False), (str(run.rd.root / EVENTS_DIR), False)]
-        wanted.append((str(run.rd.root / CONTROL_DIR), True))
-        for folder, recursive in wanted:
-            if (
-                folder not in run.watched
-                and os.path.isdir(folder)
-                and self._watch(folder, recursive=recursive)
-            ):
-                run.watched.add(folder)
 
     def _read_settings(self, run: _Run) -> bool:
         """Re-read settings.json when it changed (a stat per poll); True if it did."""
@@ -403,7 +466,7 @@ class RunWatcher:
             version=self._version,
             loaded=True,
             is_folder=self._is_folder,
-            watching=self._describe(),
+            watching=self._strategy.describe(),
             problem=self._problem,
         )
         with self._lock:
@@ -419,11 +482,6 @@ class RunWatcher:
             fn(folder)
         except Exception:
             log.exception("ckptdash: a dashboard view failed to update; it stays subscribed")
-
-    def _describe(self) -> str:
-        if self.mode == "poll":
-            return f"{self.mode_reason}, every {self.poll_interval_s:g} s"
-        return f"{self.mode_reason}, checked every {self.refresh_s:g} s"
 
 
 def _may_become_a_run(path: Path) -> bool:
