@@ -51,11 +51,7 @@ class CkptDashCallback(TrainerCallback):
         config: TrainConfig | None = None,
         **options: Any,
     ) -> None:
-        if config is None:
-            if run_dir is None:
-                raise TypeError("CkptDashCallback needs a run_dir (or a TrainConfig as config=)")
-            config = TrainConfig(run_dir=run_dir, **options)
-        self.config = config
+        self.config = TrainConfig.given(run_dir, config, options, who="CkptDashCallback")
         self.monitor: Monitor | None = None
         self._logs: dict[str, Any] = {}
         self._known: set[Path] = set()

@@ -91,11 +91,7 @@ class CkptDashCallback(pl.Callback):
         on_checkpoint_saved: Callable[[CheckpointSaved], None] | None = None,
         **options: Any,
     ) -> None:
-        if config is None:
-            if run_dir is None:
-                raise TypeError("CkptDashCallback needs a run_dir (or a TrainConfig as config=)")
-            config = TrainConfig(run_dir=run_dir, **options)
-        self.config = config
+        self.config = TrainConfig.given(run_dir, config, options, who="CkptDashCallback")
         self._scheduler = scheduler
         self._user_hook = on_checkpoint_saved
         self.session: Session | None = None

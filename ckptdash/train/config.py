@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from ckptdash.errors import ConfigError as ConfigError  # also importable from here
 from ckptdash.train.signals import signal_number
@@ -102,6 +102,23 @@ class TrainConfig:
     async_in_flight: int = 1
     """How many background saves may be in flight at once; each holds a copy of the state
     in memory, and a save that finds them all busy waits for the oldest."""
+
+    @classmethod
+    def given(
+        cls,
+        run_dir: str | os.PathLike[str] | None,
+        config: TrainConfig | None,
+        options: dict[str, Any],
+        *,
+        who: str,
+    ) -> TrainConfig:
+        """The configuration of a ``Monitor`` or callback built as ``X(run_dir, **options)``
+        or ``X(config=...)``: one way to read those arguments for every entry point."""
+        if config is not None:
+            return config
+        if run_dir is None:
+            raise TypeError(f"{who} needs a run_dir (or a TrainConfig as config=)")
+        return cls(run_dir=run_dir, **options)
 
     def __post_init__(self) -> None:
         for name, action in self.signals.items():

@@ -54,11 +54,7 @@ class Monitor:
         install_signals: bool = True,
         **options: Any,
     ) -> None:
-        if config is None:
-            if run_dir is None:
-                raise TypeError("Monitor needs a run_dir (or a TrainConfig as config=)")
-            config = TrainConfig(run_dir=run_dir, **options)
-        self.config = config
+        self.config = config = TrainConfig.given(run_dir, config, options, who="Monitor")
         self.session = Session(config, scheduler=scheduler)
         self.session.start(max_steps=max_steps, install_signals=install_signals)
         self._resume: ResumeChoice | None = None
