@@ -111,6 +111,9 @@ class CheckpointSaved(Event, frozen=True, tag="checkpoint_saved"):
     blocking_s: NonNegFloat | None = None
     """How long the save stalled training; absent: all of ``duration_s`` (a synchronous
     save). An asynchronous save stalls only while it stages a copy in memory."""
+    monitored: dict[str, float] | None = None
+    """The metric a Lightning ``ModelCheckpoint`` monitors and its value at this save
+    (``{"val_loss": 0.31}``; one entry per ModelCheckpoint with a ``monitor``)."""
 
 
 class CheckpointFailed(Event, frozen=True, tag="checkpoint_failed"):

@@ -77,6 +77,8 @@ class CheckpointInfo:
     duration_s: float | None = None
     blocking_s: float | None = None
     """How long the save stalled training (a synchronous save: all of ``duration_s``)."""
+    monitored: dict[str, float] | None = None
+    """A Lightning ModelCheckpoint's monitored metric and its value at this save."""
     checksum: str = ""
     attempt: int | None = None
     rank: int | None = None

@@ -100,17 +100,23 @@ def nearest(
 
 
 def metrics_at_save(snap: RunSnapshot, c: CheckpointInfo) -> str:
-    """``loss 0.412 · acc 0.91 (step 1,200)``: the metrics nearest a save, for the table."""
+    """``val_loss 0.301 (monitored) · loss 0.412 · acc 0.91 (step 1,200)``: what a
+    ModelCheckpoint monitored at the save itself, then the metrics nearest it, for the table."""
+    monitored = [f"{n} {_shown(v)} (monitored)" for n, v in sorted((c.monitored or {}).items())]
     p = nearest(snap, c.step, c.attempt)
     if p is None or not p.metrics:
-        return ""
+        return " · ".join(monitored)
     values = [
-        f"{n} {fmt.number(v, 4) if abs(v) < 1e4 else f'{v:.3g}'}"
+        f"{n} {_shown(v)}"
         for n in sorted(p.metrics, key=_order)
-        if (v := _value(p, n)) is not None
+        if n not in (c.monitored or {}) and (v := _value(p, n)) is not None
     ]
-    at = "" if p.step == c.step else f" (step {p.step:,})"
-    return " · ".join(values[:4]) + at
+    at = "" if p.step == c.step or not values else f" (step {p.step:,})"
+    return " · ".join(monitored + values[:4]) + at
+
+
+def _shown(v: float) -> str:
+    return fmt.number(v, 4) if abs(v) < 1e4 else f"{v:.3g}"
 
 
 def metrics_data(snap: RunSnapshot | None, metric: str, log: bool = False) -> Data:

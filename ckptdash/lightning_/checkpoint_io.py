@@ -3,6 +3,7 @@ strategies' own saves, each stamped with ckptdash's metadata and recorded with i
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable
 from typing import Any, Final, Protocol
@@ -88,6 +89,7 @@ class RecordingCheckpointIO(CheckpointIO):
                 epoch=checkpoint.get("epoch"),
                 on_saved=self.callback.on_checkpoint_saved,
                 fail_on_earlier=True,
+                monitored=monitored_scores(checkpoint),
             )
             return
         saved = save_atomic(
@@ -97,6 +99,7 @@ class RecordingCheckpointIO(CheckpointIO):
             trigger=trigger,
             step=meta.get("step"),
             epoch=checkpoint.get("epoch"),
+            monitored=monitored_scores(checkpoint),
         )
         if saved is not None:
             self.callback.on_checkpoint_saved(saved)
@@ -144,9 +147,36 @@ def record_written(
         step=meta.get("step"),
         epoch=checkpoint.get("epoch"),
         write=write,
+        monitored=monitored_scores(checkpoint),
     )
     if saved is not None:
         callback.on_checkpoint_saved(saved)
+
+
+def monitored_scores(checkpoint: dict[str, Any]) -> dict[str, float] | None:
+    """What each ``ModelCheckpoint`` with a ``monitor`` measured for this save.
+
+    Lightning sets a ModelCheckpoint's ``current_score`` just before it saves, and the
+    checkpoint carries every callback's state, so the value is read where the save is
+    recorded; a missing or non-finite score is left out.
+    """
+    out: dict[str, float] = {}
+    states = checkpoint.get("callbacks")
+    if not isinstance(states, dict):
+        return None
+    for state in states.values():
+        if not isinstance(state, dict):
+            continue
+        monitor, score = state.get("monitor"), state.get("current_score")
+        if not isinstance(monitor, str) or not monitor or score is None:
+            continue
+        try:
+            value = float(score)
+        except (TypeError, ValueError):  # a tensor of several values: not a score
+            continue
+        if math.isfinite(value):
+            out[monitor] = value
+    return out or None
 
 
 def declare_dir_of(session: Session, path: Any) -> None:

@@ -60,6 +60,8 @@ class SaveHandle:
         self.path = path
         self.trigger = trigger
         self.step = step
+        self.monitored: dict[str, float] | None = None
+        """What a Lightning ModelCheckpoint monitored at this save (recorded with it)."""
         self.blocking_s = 0.0
         """How long the caller was stalled: waiting for a free staging area, plus staging."""
         self._finished = threading.Event()
@@ -257,6 +259,7 @@ class AsyncSaver:
         epoch: int | None = None,
         on_saved: Callable[[CheckpointSaved], None] | None = None,
         fail_on_earlier: bool = False,
+        monitored: dict[str, float] | None = None,
     ) -> SaveHandle:
         """Stage ``state`` now, persist it to ``path`` in the background; returns at once.
 
@@ -273,6 +276,7 @@ class AsyncSaver:
         began = time.perf_counter()
         target = Path(os.path.abspath(path))
         handle = SaveHandle(str(target), trigger, step)
+        handle.monitored = monitored
         area = self._acquire()
         if fail_on_earlier:
             for failed in self.take_failures():
@@ -393,6 +397,7 @@ class AsyncSaver:
                 announce=False,
                 began=began,
                 blocking_s=handle.blocking_s,
+                monitored=handle.monitored,
             )
         except BaseException as exc:  # handed to the caller through the handle
             error = exc

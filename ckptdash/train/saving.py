@@ -45,6 +45,7 @@ def record_save(
     announce: bool = True,
     began: float | None = None,
     blocking_s: float | None = None,
+    monitored: dict[str, float] | None = None,
 ) -> CheckpointSaved | None:
     """Run ``write`` (returns size and checksum) between a started and a saved/failed event.
 
@@ -92,6 +93,7 @@ def record_save(
         checksum=checksum,
         epoch=epoch,
         **({} if blocking_s is None else {"blocking_s": blocking_s}),
+        **({} if not monitored else {"monitored": monitored}),
     )
     assert isinstance(event, CheckpointSaved)
     return event
@@ -105,6 +107,7 @@ def save_atomic(
     trigger: Trigger,
     step: int | None,
     epoch: int | None = None,
+    monitored: dict[str, float] | None = None,
 ) -> CheckpointSaved | None:
     """``torch.save(obj, path)`` atomically, with the checksum computed while writing."""
     target = Path(path)
@@ -114,7 +117,9 @@ def save_atomic(
         result = atomic_write(target, torch_writer(obj))
         return result.size_bytes, result.checksum
 
-    return record_save(writer, target, trigger=trigger, step=step, epoch=epoch, write=write)
+    return record_save(
+        writer, target, trigger=trigger, step=step, epoch=epoch, write=write, monitored=monitored
+    )
 
 
 def durable_existing(path: str | os.PathLike[str]) -> tuple[int, str]:

@@ -117,7 +117,7 @@ def test_the_table_shows_the_metrics_nearest_each_save(scenario: Scenario) -> No
         "loss 0.0100 · acc 0.8000 · lr 0.1000",
         "loss 0.0198 · acc 0.4000 · lr 0.1000",
     ]
-    late = SimpleNamespace(step=104, attempt=0)
+    late = SimpleNamespace(step=104, attempt=0, monitored=None)
     assert metrics_at_save(snap, late).endswith("(step 100)")  # type: ignore[arg-type]
 
 

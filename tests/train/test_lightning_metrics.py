@@ -74,3 +74,41 @@ def test_logged_metrics_reach_heartbeats_and_a_nan_loss_stops_the_run(tmp_path: 
     assert max(model.steps_run) <= a.step + 1
     assert (state.attempts[0].outcome, state.attempts[0].end_reason) == ("stopped", "anomaly")
     assert state.checkpoints == {}
+
+
+def test_a_model_checkpoint_records_the_value_it_monitored_at_each_save(tmp_path: Path) -> None:
+    """ModelCheckpoint(monitor="loss") saves every 4 steps: each ``checkpoint_saved`` carries
+    the loss it monitored at that save, equal to what ModelCheckpoint itself kept as that
+    file's score, and the dashboard's checkpoint table shows it marked as monitored."""
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    from ckptdash.dash.snapshot import SnapshotBuilder
+    from ckptdash.dash.table import checkpoint_frame
+
+    run = tmp_path / "run"
+    kept = ModelCheckpoint(
+        dirpath=run / "checkpoints", monitor="loss", every_n_train_steps=4, save_top_k=-1
+    )
+    L.Trainer(
+        default_root_dir=run,
+        max_steps=12,
+        callbacks=[CkptDashCallback(run), kept],
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        accelerator="cpu",
+    ).fit(Diverging(nan_at=10_000))
+    state = state_of(run)
+    saved = sorted(
+        (c for c in state.checkpoints.values() if c.status == "saved"), key=lambda c: c.step or 0
+    )
+    assert [c.step for c in saved] == [4, 8, 12]
+    scores = {str(Path(p).resolve()): float(v) for p, v in kept.best_k_models.items()}
+    for c in saved:
+        assert c.monitored is not None and set(c.monitored) == {"loss"}
+        assert c.monitored["loss"] == pytest.approx(scores[str(Path(c.path).resolve())])
+    snap = SnapshotBuilder(str(run)).take(
+        state, sightings=0, settings=None, settings_error="", settings_key=()
+    )
+    rows = checkpoint_frame(snap)
+    assert all("(monitored)" in m and m.startswith("loss ") for m in rows["metrics"])
