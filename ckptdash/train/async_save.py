@@ -42,9 +42,13 @@ from ckptdash.rundir import atomic_write
 from ckptdash.train.saving import record_save, torch_writer
 from ckptdash.writer import EventWriter
 
-# The persist threads' niceness (see _yield_cpu): against one busy training thread CFS gives
-# them about a quarter of a core (weights 335 : 1024); more would starve them on a busy node.
-_NICE = 5
+# The persist threads' niceness (see _yield_cpu), the lowest: on a GPU node, where cores are
+# mostly idle, niceness costs the persist nothing; where training keeps every core busy (CPU
+# training, data loading), the persist takes only what is left rather than slowing the steps
+# (benchmarks/async_save.py: 0.86x step throughput during a persist at 19, 0.31x at 5). Never
+# SCHED_IDLE: a persist that other tenants' work could starve for ever would hold up a
+# preemption's exit, and an unprivileged thread can never leave that class again.
+_NICE = 19
 # Leaves that cannot change after the call: shared with the snapshot, never copied.
 _IMMUTABLE = (int, float, complex, str, bytes, bool, type(None), range, frozenset)
 
