@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from ckptdash.errors import CkptDashError
 from ckptdash.resume import load_state
+from ckptdash.terminal import unfiltered
 
 if TYPE_CHECKING:
     from ckptdash.dash.server import RunningServer
@@ -229,6 +230,7 @@ def _progress(run_dir: Path, final: bool = False) -> int | None:
     line = f"\rattempt {attempt} [{bar}] step {step}/{total}  checkpoints {saves}"
     if line != _last_line[0] or final:
         _last_line[0] = line
-        sys.stdout.write(line + ("\n" if final else ""))
-        sys.stdout.flush()
+        out = unfiltered(sys.stdout)  # the \r redraw is ours; the numbers are ckptdash's
+        out.write(line + ("\n" if final else ""))
+        out.flush()
     return attempt if info.step is not None and info.outcome == "running" else None

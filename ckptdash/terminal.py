@@ -62,6 +62,13 @@ class PrintableStream:
         return getattr(self.inner, name)
 
 
+def unfiltered(stream: TextIO) -> TextIO:
+    """The stream under the filter, for ckptdash's own cursor control only: the demo's
+    progress line redraws itself with a carriage return and holds nothing but numbers
+    ckptdash formats, never event text."""
+    return stream.inner if isinstance(stream, PrintableStream) else stream
+
+
 @contextmanager
 def printable_output() -> Iterator[None]:
     """Within the block, ``sys.stdout`` and ``sys.stderr`` write only printable text."""

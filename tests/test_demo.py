@@ -77,6 +77,9 @@ def test_demo_shows_preemption_signal_save_requeue_kill_and_resume(tmp_path: Pat
     assert url.start() < out.index("training 150 steps"), "the URL comes before the training"
     assert "preempting attempt 0" in out
     assert "killing attempt 1 without warning" in out
+    # The progress line redraws itself with a real carriage return (read here as a newline:
+    # text mode), not one the output filter escaped for event text.
+    assert "\nattempt 0 [" in out and "\\u000d" not in out
     assert "still serving" not in out
     state = load_state(run)
     assert sorted(state.attempts) == [0, 1, 2]
