@@ -34,7 +34,7 @@ from typing import Any
 
 from playwright.sync_api import expect, sync_playwright
 
-from ckptdash._dev.testing import launch_chromium
+from ckptdash._dev.testing import launch_chromium, offline_jupyter_home
 from ckptdash.dash.server import start_server
 from ckptdash.demo import run_demo
 
@@ -136,20 +136,7 @@ def widget_png(browser: Any, width: int) -> bytes:
 
 def _lab_home(home: Path, root: Path) -> dict[str, str]:
     """A kernel running this interpreter, offline Jupyter settings, the quickstart."""
-    kernel = home / "path" / "kernels" / KERNEL
-    kernel.mkdir(parents=True)
-    argv = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
-    kernel.joinpath("kernel.json").write_text(
-        json.dumps({"argv": argv, "display_name": KERNEL, "language": "python"})
-    )
-    config = home / "config"
-    config.mkdir()
-    lab_app = {
-        "news_url": None,
-        "check_for_updates_class": "jupyterlab.NeverCheckForUpdate",
-        "extension_manager": "readonly",
-    }
-    config.joinpath("jupyter_server_config.json").write_text(json.dumps({"LabApp": lab_app}))
+    env = offline_jupyter_home(home, KERNEL, ROOT)
     # No "get notified about Jupyter news?" toast over the picture.
     notification = home / "settings" / "@jupyterlab" / "apputils-extension"
     notification.mkdir(parents=True)
@@ -159,17 +146,7 @@ def _lab_home(home: Path, root: Path) -> dict[str, str]:
     nb = json.loads((ROOT / "notebooks" / "quickstart.ipynb").read_text())
     nb["metadata"]["kernelspec"] = {"name": KERNEL, "display_name": KERNEL, "language": "python"}
     (root / "quickstart.ipynb").write_text(json.dumps(nb))
-    return {
-        **os.environ,
-        "JUPYTER_PATH": str(home / "path"),
-        "JUPYTER_CONFIG_DIR": str(config),
-        "JUPYTER_DATA_DIR": str(home / "data"),
-        "JUPYTER_RUNTIME_DIR": str(home / "runtime"),
-        "JUPYTERLAB_SETTINGS_DIR": str(home / "settings"),
-        "JUPYTERLAB_WORKSPACES_DIR": str(home / "workspaces"),
-        "PYTHONPATH": str(ROOT),
-        "CKPTDASH_QUICKSTART_STEPS": "600",
-    }
+    return {**env, "CKPTDASH_QUICKSTART_STEPS": "600"}
 
 
 def _wait_for_lab(url: str, token: str, timeout: float = 90.0) -> None:

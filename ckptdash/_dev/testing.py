@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -18,6 +19,7 @@ import sys
 import tempfile
 import threading
 import time
+from pathlib import Path
 from typing import Any, Final
 
 from ckptdash import control
@@ -64,6 +66,40 @@ def launch_chromium(playwright: Any) -> Any:
     if path is None:
         raise RuntimeError(f"no chromium found; {HOW_TO_GET_CHROMIUM}")
     return playwright.chromium.launch(executable_path=path, args=CHROMIUM_ARGS)
+
+
+def offline_jupyter_home(home: Path, kernel: str, pythonpath: Path) -> dict[str, str]:
+    """A Jupyter set-up of its own under ``home``, for a JupyterLab the tests or the screenshot
+    script start: a kernel ``kernel`` running this interpreter (the venv's own ``python3``
+    kernelspec starts whichever ``python`` is first on PATH), no news feed, update check or
+    extension manager (each would fetch from the internet), and nothing from the user's own
+    Jupyter. Returns the environment to start JupyterLab with; settings go under
+    ``home / "settings"``."""
+    spec = home / "path" / "kernels" / kernel
+    spec.mkdir(parents=True)
+    argv = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+    spec.joinpath("kernel.json").write_text(
+        json.dumps({"argv": argv, "display_name": kernel, "language": "python"})
+    )
+    config = home / "config"
+    config.mkdir()
+    lab_app = {
+        "news_url": None,
+        "check_for_updates_class": "jupyterlab.NeverCheckForUpdate",
+        "extension_manager": "readonly",
+    }
+    config.joinpath("jupyter_server_config.json").write_text(json.dumps({"LabApp": lab_app}))
+    env = {k: v for k, v in os.environ.items() if k != "JUPYTER_TOKEN"}
+    env.update(
+        JUPYTER_PATH=str(home / "path"),
+        JUPYTER_CONFIG_DIR=str(config),
+        JUPYTER_DATA_DIR=str(home / "data"),
+        JUPYTER_RUNTIME_DIR=str(home / "runtime"),
+        JUPYTERLAB_SETTINGS_DIR=str(home / "settings"),
+        JUPYTERLAB_WORKSPACES_DIR=str(home / "workspaces"),
+        PYTHONPATH=str(pythonpath),
+    )
+    return env
 
 
 def page_text(page: Any) -> str:

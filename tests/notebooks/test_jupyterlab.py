@@ -34,7 +34,12 @@ from urllib.parse import urlparse
 import nbformat
 import pytest
 
-from ckptdash._dev.testing import HOW_TO_GET_CHROMIUM, chromium_path, launch_chromium
+from ckptdash._dev.testing import (
+    HOW_TO_GET_CHROMIUM,
+    chromium_path,
+    launch_chromium,
+    offline_jupyter_home,
+)
 from ckptdash.resume import load_state
 
 pytestmark = [pytest.mark.notebook, pytest.mark.ui]
@@ -178,23 +183,7 @@ def _write_home(home: Path, root: Path) -> dict[str, str]:
 
     Nothing from the user's own Jupyter set-up takes part, and nothing leaves the machine.
     """
-    kernel = home / "path" / "kernels" / KERNEL
-    kernel.mkdir(parents=True)
-    # This interpreter, whatever kernels the machine has (the venv's own `python3` kernelspec
-    # starts whichever `python` is first on PATH).
-    argv = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
-    kernel.joinpath("kernel.json").write_text(
-        json.dumps({"argv": argv, "display_name": KERNEL, "language": "python"})
-    )
-    config = home / "config"
-    config.mkdir()
-    # No news feed, update check or extension manager: each would fetch from the internet.
-    lab_app = {
-        "news_url": None,
-        "check_for_updates_class": "jupyterlab.NeverCheckForUpdate",
-        "extension_manager": "readonly",
-    }
-    config.joinpath("jupyter_server_config.json").write_text(json.dumps({"LabApp": lab_app}))
+    env = offline_jupyter_home(home, KERNEL, REPO)
     settings = home / "settings" / "@jupyterlab"
     # JupyterLab 4 removes off-screen cells from the DOM ("windowing"): the widget's cell must
     # stay in the page while the next cell's output grows.
@@ -210,17 +199,6 @@ def _write_home(home: Path, root: Path) -> dict[str, str]:
     nb.cells = [nbformat.v4.new_code_cell(WIDGET_CELL), nbformat.v4.new_code_cell(TRAIN_CELL)]
     nbformat.write(nb, root / NOTEBOOK)
 
-    env = dict(os.environ)
-    env.update(
-        JUPYTER_PATH=str(home / "path"),
-        JUPYTER_CONFIG_DIR=str(config),
-        JUPYTER_DATA_DIR=str(home / "data"),
-        JUPYTER_RUNTIME_DIR=str(home / "runtime"),
-        JUPYTERLAB_SETTINGS_DIR=str(home / "settings"),
-        JUPYTERLAB_WORKSPACES_DIR=str(home / "workspaces"),
-        PYTHONPATH=str(REPO),
-    )
-    env.pop("JUPYTER_TOKEN", None)
     return env
 
 

@@ -14,7 +14,6 @@ Without chromium, JupyterLab or Lightning the tests skip, saying how to get them
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import subprocess
@@ -43,7 +42,7 @@ pytestmark = [pytest.mark.notebook, pytest.mark.ui]
 
 from playwright.sync_api import Page, Route, expect, sync_playwright  # noqa: E402
 
-from ckptdash._dev.testing import launch_chromium  # noqa: E402
+from ckptdash._dev.testing import launch_chromium, offline_jupyter_home  # noqa: E402
 from ckptdash.resume import load_state  # noqa: E402
 
 # Cell 1 as a user writes it: the run directory does not exist yet (the training creates it).
@@ -65,20 +64,7 @@ TRAIN_SECONDS = 18
 def _home(home: Path, root: Path) -> dict[str, str]:
     """Jupyter's config, data and kernels for this test only — and JupyterLab's *default*
     settings (no settings file at all: windowing as shipped); returns the environment."""
-    kernel = home / "path" / "kernels" / KERNEL
-    kernel.mkdir(parents=True)
-    argv = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
-    kernel.joinpath("kernel.json").write_text(
-        json.dumps({"argv": argv, "display_name": KERNEL, "language": "python"})
-    )
-    config = home / "config"
-    config.mkdir()
-    lab_app = {
-        "news_url": None,
-        "check_for_updates_class": "jupyterlab.NeverCheckForUpdate",
-        "extension_manager": "readonly",
-    }
-    config.joinpath("jupyter_server_config.json").write_text(json.dumps({"LabApp": lab_app}))
+    env = offline_jupyter_home(home, KERNEL, REPO)
     train = TRAIN_CELL.replace("enable_checkpointing=False,", "")
     train = train.replace("timedelta(seconds=35)", f"timedelta(seconds={TRAIN_SECONDS})")
     train = train.replace(
@@ -94,17 +80,6 @@ def _home(home: Path, root: Path) -> dict[str, str]:
     quickstart = nbformat.read(REPO / "notebooks" / "quickstart.ipynb", as_version=4)
     quickstart.metadata["kernelspec"] = nb.metadata["kernelspec"]
     nbformat.write(quickstart, root / QUICKSTART)
-    env = dict(os.environ)
-    env.update(
-        JUPYTER_PATH=str(home / "path"),
-        JUPYTER_CONFIG_DIR=str(config),
-        JUPYTER_DATA_DIR=str(home / "data"),
-        JUPYTER_RUNTIME_DIR=str(home / "runtime"),
-        JUPYTERLAB_SETTINGS_DIR=str(home / "settings"),
-        JUPYTERLAB_WORKSPACES_DIR=str(home / "workspaces"),
-        PYTHONPATH=str(REPO),
-    )
-    env.pop("JUPYTER_TOKEN", None)
     return env
 
 
