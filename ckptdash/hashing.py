@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import queue
 import threading
-from typing import IO, Any, Final
+from typing import Any, Final, Protocol
 
 import xxhash
 
@@ -22,6 +22,14 @@ CHECKSUM_ALGO: Final = "xxh3_128"
 _PARALLEL_HASH_MIN: Final = 4 << 20
 
 
+class ByteSink(Protocol):
+    """What :class:`HashingWriter` writes to: a binary file, or a ``DirectFile``."""
+
+    def write(self, data: memoryview, /) -> int | None: ...
+
+    def flush(self) -> None: ...
+
+
 class HashingWriter:
     """A write-only file wrapper that hashes and counts bytes as they pass (no second read).
 
@@ -29,7 +37,7 @@ class HashingWriter:
     caller may reuse its buffer and the hash sees the chunks in order.
     """
 
-    def __init__(self, raw: IO[bytes]) -> None:
+    def __init__(self, raw: ByteSink) -> None:
         self._raw = raw
         self._hash = xxhash.xxh3_128()
         self._helper: _HashHelper | None = None

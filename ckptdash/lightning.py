@@ -163,7 +163,9 @@ class CkptDashCallback(pl.Callback):
         else:
             saver = None
             if self.config.async_save:
-                saver = AsyncSaver(max_in_flight=self.config.async_in_flight)
+                saver = AsyncSaver(
+                    max_in_flight=self.config.async_in_flight, direct_io=self.config.direct_io
+                )
             trainer.strategy.checkpoint_io = RecordingCheckpointIO(io, session, self, saver)
 
     def _record_sharded_saves(self, trainer: Any, session: Session) -> None:

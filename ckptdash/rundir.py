@@ -31,6 +31,7 @@ from typing import IO, Final
 
 import msgspec
 
+from ckptdash.direct_io import DirectFile
 from ckptdash.errors import AtomicWriteError, RunDirError
 from ckptdash.hashing import HashingWriter
 
@@ -91,6 +92,7 @@ def atomic_write(
     *,
     mode: int = 0o644,
     fsync: bool = True,
+    direct: bool = False,
 ) -> WriteResult:
     """Write ``target`` so that readers see the old file or the new one, never a mix.
 
@@ -98,6 +100,9 @@ def atomic_write(
     ``lambda f: torch.save(state, f)``). The data goes to a temp file in the
     same directory, is fsync'ed, renamed over the target, and the directory is
     fsync'ed. The checksum is computed while writing.
+
+    ``direct``: write around the page cache where the filesystem allows it
+    (:mod:`ckptdash.direct_io`; the same bytes, far less CPU for a large file).
 
     >>> atomic_write("run/control/settings.json", b"{}\\n")  # doctest: +SKIP
     """
@@ -113,7 +118,7 @@ def atomic_write(
             str(tmp),
         ) from exc
     try:
-        with os.fdopen(fd, "wb") as raw:
+        with DirectFile(fd) if direct else os.fdopen(fd, "wb") as raw:
             writer = HashingWriter(raw)
             try:
                 if isinstance(content, (bytes, bytearray, memoryview)):

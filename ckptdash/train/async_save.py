@@ -8,8 +8,10 @@ the fsync and the rename take (seconds per GB). Here that stall shrinks to one m
    and the containers around them are rebuilt. From the moment :meth:`AsyncSaver.submit`
    returns, the caller may change its tensors: the save holds a snapshot.
 2. **persist** (a background thread): the staged copy is written with the same atomic,
-   checksummed, fsync'ed write as a synchronous save, then ``checkpoint_saved`` is
-   recorded with ``blocking_s`` (the stall) beside ``duration_s`` (call to durable).
+   checksummed, fsync'ed write as a synchronous save, around the page cache where the
+   filesystem allows it (:mod:`ckptdash.direct_io`: the CPU a buffered write spends is
+   taken from training on busy cores), then ``checkpoint_saved`` is recorded with
+   ``blocking_s`` (the stall) beside ``duration_s`` (call to durable).
 
 Staging buffers belong to a :class:`_StagingArea` and are reused by the next save of the
 same shapes: allocating (and page-faulting) fresh memory costs more than the copy itself.
@@ -45,9 +47,9 @@ from ckptdash.writer import EventWriter
 # The persist threads' niceness (see _yield_cpu), the lowest: on a GPU node, where cores are
 # mostly idle, niceness costs the persist nothing; where training keeps every core busy (CPU
 # training, data loading), the persist takes only what is left rather than slowing the steps
-# (benchmarks/async_save.py: 0.86x step throughput during a persist at 19, 0.31x at 5). Never
-# SCHED_IDLE: a persist that other tenants' work could starve for ever would hold up a
-# preemption's exit, and an unprivileged thread can never leave that class again.
+# (benchmarks/async_save.py, buffered writes: 0.86x step throughput during a persist at 19,
+# 0.31x at 5; with direct I/O 0.975x). Never SCHED_IDLE: an unprivileged thread can never
+# leave that class, so a save the preemption path waits for could crawl at the idle share.
 _NICE = 19
 # Leaves that cannot change after the call: shared with the snapshot, never copied.
 _IMMUTABLE = (int, float, complex, str, bytes, bool, type(None), range, frozenset)
@@ -235,13 +237,15 @@ class AsyncSaver:
     """Stages saves on the caller's thread and persists them on background threads, in order.
 
     ``max_in_flight`` is how many staged copies may wait for or be in their persist at once
-    (each one a staging area as large as the state).
+    (each one a staging area as large as the state). ``direct_io``: persists write around
+    the page cache where the filesystem allows it (:mod:`ckptdash.direct_io`).
     """
 
-    def __init__(self, *, max_in_flight: int = 1) -> None:
+    def __init__(self, *, max_in_flight: int = 1, direct_io: bool = True) -> None:
         if max_in_flight < 1:
             raise ValueError(f"max_in_flight = {max_in_flight}: must be >= 1")
         self.max_in_flight = max_in_flight
+        self.direct_io = direct_io
         self._lock = threading.Condition()
         self._free: list[_StagingArea] = []
         self._areas: list[_StagingArea] = []
@@ -388,7 +392,7 @@ class AsyncSaver:
                 previous.join()  # in submission order: a later save of a path wins
 
             def write() -> tuple[int, str]:
-                result = atomic_write(handle.path, torch_writer(staged))
+                result = atomic_write(handle.path, torch_writer(staged), direct=self.direct_io)
                 return result.size_bytes, result.checksum
 
             saved = record_save(

@@ -103,6 +103,12 @@ class TrainConfig:
     """How many background saves may be in flight at once; each holds a copy of the state
     in memory, and a save that finds them all busy waits for the oldest."""
 
+    direct_io: bool = True
+    """Background persists write around the page cache (``O_DIRECT``) where the filesystem
+    allows it: the same file for a tenth of the CPU, which training keeps (docs/async.md).
+    False: buffered writes, for a filesystem where direct writes are slow (some NFS
+    servers commit each one). Synchronous saves always write buffered."""
+
     @classmethod
     def given(
         cls,

@@ -201,7 +201,9 @@ class Monitor:
         if isinstance(state, dict):
             state = {**state, META_KEY: session.metadata(trig)}
         if self._saver is None:
-            self._saver = AsyncSaver(max_in_flight=self.config.async_in_flight)
+            self._saver = AsyncSaver(
+                max_in_flight=self.config.async_in_flight, direct_io=self.config.direct_io
+            )
         if session.rank != 0 and not all_ranks:
             return SaveHandle.finished(os.path.abspath(target), trig, session.step)
         return self._saver.submit(
