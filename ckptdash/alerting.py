@@ -43,6 +43,7 @@ from ckptdash.health import Alert, Thresholds
 from ckptdash.rundir import RunDir
 from ckptdash.state import RunState
 from ckptdash.tail import FolderTailer
+from ckptdash.terminal import one_line
 from ckptdash.writer import EventWriter
 
 ACTIONS: Final = {"hung": ("requeue", "cancel"), "restart_storm": ("hold",)}
@@ -378,7 +379,9 @@ class Watch:
     def _notify(self, rd: RunDir, run: _Run, f: Fired) -> None:
         payload = self._payload(rd, run, f)
         print(
-            f"{time.strftime('%H:%M:%S')} {rd.root}: {f.alert.kind} {f.event}: {f.alert.detail}",
+            one_line(
+                f"{time.strftime('%H:%M:%S')} {rd.root}: {f.alert.kind} {f.event}: {f.alert.detail}"
+            ),
             file=self.log,
             flush=True,
         )
@@ -418,8 +421,10 @@ class Watch:
         except CkptDashError as exc:
             print(f"ckptdash watch: {rd.root}: not recorded: {exc}", file=self.log, flush=True)
         print(
-            f"{time.strftime('%H:%M:%S')} {rd.root}: --on {alert.kind}={action}:"
-            f" `{command}` {'ok' if ok else 'FAILED'}: {what}",
+            one_line(
+                f"{time.strftime('%H:%M:%S')} {rd.root}: --on {alert.kind}={action}:"
+                f" `{command}` {'ok' if ok else 'FAILED'}: {what}"
+            ),
             file=self.log,
             flush=True,
         )

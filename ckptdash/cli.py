@@ -35,7 +35,7 @@ from ckptdash.cli_status import goodput_command, render_status, run_word, status
 from ckptdash.errors import CkptDashError
 from ckptdash.resume import choose_resume, find_recorded, load_state
 from ckptdash.rundir import RunDir, find_runs
-from ckptdash.terminal import printable_output
+from ckptdash.terminal import one_line, printable_output
 
 __all__ = ["main", "render_status"]  # render_status: `ckptdash status RUN` in a notebook
 
@@ -277,10 +277,10 @@ def _resume(args: argparse.Namespace) -> int:
     elif args.clear:
         control.update_settings(run, resume_pin=None)
     choice = choose_resume(run, state=state)
-    print(f"next attempt resumes from: {choice.path or 'nothing (fresh start)'}")
-    print(f"because: {choice.reason}")
+    print(one_line(f"next attempt resumes from: {choice.path or 'nothing (fresh start)'}"))
+    print(one_line(f"because: {choice.reason}"))
     for path, reason in choice.skipped:
-        print(f"skipped {path}: {reason}")
+        print(one_line(f"skipped {path}: {reason}"))
     return 0
 
 

@@ -20,6 +20,7 @@ from ckptdash.resume import choose_resume, load_state
 from ckptdash.rundir import RunDir, find_runs
 from ckptdash.state import RunState
 from ckptdash.state_checkpoints import checkpoint_order
+from ckptdash.terminal import one_line
 
 STALE_AFTER_S = 120.0
 """A running attempt silent for this long is shown as stale (as the dashboard's default)."""
@@ -46,12 +47,12 @@ def status_command(args: argparse.Namespace) -> int:
     if len(runs) == 1 and runs[0].root == Path(args.path):
         print(render_status(runs[0], states[0], scheduler=views[0]))
         for alert in health_cli.alerts_of(runs[0], states[0], args):
-            print(f"ALERT {alert['kind']}: {alert['detail']}")
+            print(one_line(f"ALERT {alert['kind']}: {alert['detail']}"))
     else:
         print(render_run_lines(runs, states))
         for run, state in zip(runs, states, strict=True):
             for alert in health_cli.alerts_of(run, state, args):
-                print(f"ALERT {run.root.name} {alert['kind']}: {alert['detail']}")
+                print(one_line(f"ALERT {run.root.name} {alert['kind']}: {alert['detail']}"))
         print(f"\n{len(runs)} run(s); `ckptdash status {runs[0].root}` shows one in full")
     return 0
 
@@ -168,15 +169,16 @@ def render_status(
     """A readable summary of one run: attempts, checkpoints, signals, requeues, commands.
 
     ``scheduler`` (from :func:`job_statuses`) adds SLURM's view of the job under the header.
+    Every line holds one line: a newline inside a recorded value is printed as an escape.
     """
     return "\n".join(
         [
-            *_header_lines(run, state, scheduler),
+            *map(one_line, _header_lines(run, state, scheduler)),
             "",
             _attempts_table(state),
             "",
             _checkpoints_table(run, state),
-            *_event_lines(state),
+            *map(one_line, _event_lines(state)),
         ]
     )
 
@@ -268,6 +270,7 @@ def _event_lines(state: RunState) -> list[str]:
 
 
 def _table(header: list[str], rows: list[list[str]]) -> str:
+    rows = [[one_line(cell) for cell in r] for r in rows]
     widths = [
         max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)
     ]

@@ -15,6 +15,7 @@ from ckptdash.health import Thresholds, parse_assignments
 from ckptdash.resume import load_state
 from ckptdash.rundir import RunDir, find_runs
 from ckptdash.state import RunState
+from ckptdash.terminal import one_line
 
 
 def add_threshold_options(p: argparse.ArgumentParser) -> None:
@@ -127,6 +128,6 @@ def _health(args: argparse.Namespace) -> int:
     if not alerts:
         print("no alerts")
     for a in alerts:
-        print(f"ALERT {a.kind}: {a.detail}")
+        print(one_line(f"ALERT {a.kind}: {a.detail}"))
     sys.stdout.flush()
     return 0

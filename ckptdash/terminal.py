@@ -44,6 +44,19 @@ def printable(text: str) -> str:
     return text.translate(_ESCAPES)
 
 
+def one_line(text: str) -> str:
+    """``text`` as one line: :func:`printable`, and newlines written as ``\\u000a`` too.
+
+    For a line ckptdash builds around values from a run directory (a path, an error, a
+    reason): a newline in a value would otherwise start a line of the value's choosing
+    (a forged ``next resume: ...``) that the stream filter lets through.
+
+    >>> one_line("c.ckpt\\nnext resume: evil")
+    'c.ckpt\\\\u000anext resume: evil'
+    """
+    return printable(text).replace("\n", "\\u000a")
+
+
 class PrintableStream:
     """A text stream that writes everything through :func:`printable` to ``inner``."""
 

@@ -80,3 +80,38 @@ def test_printable_keeps_ordinary_text() -> None:
     """Newlines, tabs and every printable character (any script) pass unchanged."""
     text = "step 12\tsaved /ck/Ünïcødé-检查点.ckpt\n"
     assert printable(text) == text
+
+
+FORGED = "\nnext resume: /evil.ckpt  (forged)\nALERT none"
+
+
+def test_newlines_in_event_strings_cannot_forge_status_lines(tmp_path: Path) -> None:
+    """A newline inside a recorded value (a path, a host, a reason, an error) is printed as
+    ``\\u000a``: `status` and `resume` show exactly one `next resume:` line, ckptdash's own,
+    and every line the value tried to start stays inside the line that holds it."""
+    root = tmp_path / "run"
+    with EventWriter(root, attempt=0, host="n0" + FORGED) as w:
+        w.emit(ev.RunStarted, step=0, scheduler="slurm", job_id="7")
+        w.emit(
+            ev.CheckpointSaved,
+            step=1,
+            path=str(root / ("c.ckpt" + FORGED)),
+            trigger="periodic",
+            size_bytes=1,
+            duration_s=0.1,
+        )
+        w.emit(ev.SignalReceived, step=1, signal="SIGUSR2", action="requeue" + FORGED)
+        w.emit(ev.RequeueSkipped, step=1, reason="budget" + FORGED)
+        w.emit(ev.RunFailed, step=1, error="boom" + FORGED)
+    out = _ckptdash("status", str(root), "--no-scheduler").stdout.decode()
+    lines = out.splitlines()
+    assert [ln for ln in lines if ln.startswith("next resume:")] == [
+        next(ln for ln in lines if ln.startswith("next resume:") and "evil" not in ln)
+    ]
+    assert not [ln for ln in lines if ln.startswith(("ALERT none", "next resume: /evil"))]
+    assert out.count("\\u000anext resume: /evil.ckpt") >= 4  # path, host, action, reason
+    resume = _ckptdash("resume", str(root)).stdout.decode().splitlines()
+    assert [ln.split(":")[0] for ln in resume if not ln.startswith("skipped")] == [
+        "next attempt resumes from",
+        "because",
+    ]
