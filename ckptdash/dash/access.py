@@ -221,3 +221,23 @@ def environment_secrets(environ: Mapping[str, str] | None = None) -> tuple[str |
     ``CKPTDASH_BASIC_AUTH``); None where unset or empty."""
     env = os.environ if environ is None else environ
     return env.get(TOKEN_ENV) or None, env.get(BASIC_AUTH_ENV) or None
+
+
+PANEL_SERVE_NO_LOGIN: Final = (
+    "`panel serve` asks no login here, so anyone who can reach this port could drive the run."
+    " Serve it with `ckptdash serve` (a token in the URL), or give `panel serve`"
+    " --basic-auth or --oauth-provider"
+)
+
+
+def panel_serve_lock(config: Any, user: str | None) -> str:
+    """Why a page of ``panel serve ckptdash`` may only watch ("" when it may act).
+
+    It may act when Panel asks for a login (``config.basic_auth`` or
+    ``config.oauth_provider``) and this session's user logged in. Panel's "guest" is no
+    login: its cookie is not signed, any client can send it.
+    """
+    login = bool(getattr(config, "basic_auth", None) or getattr(config, "oauth_provider", None))
+    if login and user not in (None, "", "guest"):
+        return ""
+    return PANEL_SERVE_NO_LOGIN

@@ -65,6 +65,9 @@ class DashOptions:
     """Seconds between polls in polling mode (raise it on a busy network filesystem)."""
     stale_after_s: float = DEFAULT_STALE_AFTER_S
     """A running attempt silent for this long is shown as stale."""
+    controls_off: str = ""
+    """Why this page may only watch ("": its controls act). ``panel serve ckptdash`` without
+    a login sets it (``ckptdash/main.py``); shown on the page, checked at every action."""
 
     def __post_init__(self) -> None:
         if self.watch not in WATCH_MODES:
@@ -107,6 +110,7 @@ class Dashboard(pn.viewable.Viewer):  # type: ignore[misc]
             author=_author,
             nudge=lambda: self.watcher.wake(),
             mirror_requeue=lambda suspended: self.scheduler.mirror_requeue(suspended),
+            locked=self.options.controls_off,
         )
         self.header = StatusHeader(self.model)
         self.alerts = HealthBanner(self.model)

@@ -84,6 +84,10 @@ class ControlActions:
     user); ``nudge`` asks the watcher to read the result back now; ``mirror_requeue``
     copies a new requeue setting onto the scheduler (see :mod:`ckptdash.dash.slurm_panel`)
     and says what it did, or "" when there is no scheduler to tell.
+
+    ``locked``: why this page may not act (see ``DashOptions.controls_off``); every
+    action then raises :class:`ControlError` with it and writes nothing. Checked here,
+    not only by disabling buttons: a client can send a click for a disabled button.
     """
 
     def __init__(
@@ -93,16 +97,27 @@ class ControlActions:
         author: Callable[[], str] = default_author,
         nudge: Callable[[], None] = lambda: None,
         mirror_requeue: Callable[[bool], str] = lambda suspended: "",
+        locked: str = "",
     ) -> None:
         self.model = model
+        self.locked = locked
         self._author = author
         self._nudge = nudge
         self._mirror_requeue = mirror_requeue
         self.last_command: tuple[str, str] | None = None
         """``(id, label)`` of the last command sent: the message line follows its answer."""
 
+    def lock_message(self) -> str:
+        return f"controls are off on this page: {self.locked}"
+
+    def check_allowed(self) -> None:
+        """Raise :class:`ControlError` when this page's controls are locked."""
+        if self.locked:
+            raise ControlError(self.lock_message())
+
     def _run(self) -> RunSnapshot:
-        """The selected run, checked against the runs this dashboard lists."""
+        """The selected run, checked against the runs this dashboard lists (and the lock)."""
+        self.check_allowed()
         snap: RunSnapshot | None = self.model.run
         if snap is None or not any(r.root == snap.root for r in self.model.runs):
             raise ControlError("no run is selected; pick one in the run list")
@@ -130,9 +145,9 @@ class ControlActions:
 
     def set_requeue_suspended(self, suspended: bool) -> str:
         """Suspend (True) or resume (False) automatic requeue after preemption."""
+        snap = self._run()
         if not isinstance(suspended, bool):
             raise ControlError(f"suspended={suspended!r}: must be True or False")
-        snap = self._run()
         control.update_settings(snap.root, requeue_suspended=suspended, author=self._author())
         self._nudge()
         said = requeue_said(suspended)
@@ -212,11 +227,13 @@ class Controls(pn.viewable.Viewer):  # type: ignore[misc]
             "Resume auto-requeue" if suspended else "Suspend auto-requeue",
             "success" if suspended else "warning",
         )
-        self.requeue_button.disabled = snap is None or settings is None
-        self.clear_pin_button.disabled = not (settings and settings.resume_pin)
-        off = commands_off_reason(self.model)
+        locked = self.actions.locked
+        self.requeue_button.disabled = snap is None or settings is None or bool(locked)
+        self.clear_pin_button.disabled = not (settings and settings.resume_pin) or bool(locked)
+        off = locked or commands_off_reason(self.model)
         self.save_button.disabled = self.stop_button.disabled = bool(off)
-        shown = f"<div class='ck muted'>Save now and Stop are off: {esc(off)}</div>" if off else ""
+        what = "Controls are off" if locked else "Save now and Stop are off"
+        shown = f"<div class='ck muted'>{what}: {esc(off)}</div>" if off else ""
         if self.off_reason.object != shown:
             self.off_reason.object = shown
         if off:

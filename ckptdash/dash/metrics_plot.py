@@ -377,7 +377,7 @@ class MetricsPlot(pn.viewable.Viewer):  # type: ignore[misc]
             f"<div class='ck'>chosen: <b class='chosen-step'>step {c.step:,}</b>"
             f" ({esc(c.trigger)}) <code>{esc(c.path)}</code></div>"
         )
-        self.pin_button.disabled = False
+        self.pin_button.disabled = bool(self.controls.actions.locked)
 
     def _pin(self, _: object) -> None:
         c = self.chosen

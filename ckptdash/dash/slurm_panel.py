@@ -147,6 +147,9 @@ class SchedulerPanel(pn.viewable.Viewer):  # type: ignore[misc]
 
     def _hand_over(self, action: Callable[[], str], verb: str) -> None:
         """Queue a click's command for the background thread; say so, and hold the buttons."""
+        if self.controls.actions.locked:
+            self.controls.say(self.controls.actions.lock_message(), problem=True)
+            return
         with self._lock:
             busy = bool(self._clicked)
         if busy:
@@ -169,6 +172,7 @@ class SchedulerPanel(pn.viewable.Viewer):  # type: ignore[misc]
 
     def hold(self) -> str:
         """Keep the pending job from starting (``scontrol hold``)."""
+        self.controls.actions.check_allowed()
         job = self._require_job()
         view = slurm_admin.hold(job, runner=self._runner)
         self._answered(job, view)
@@ -176,6 +180,7 @@ class SchedulerPanel(pn.viewable.Viewer):  # type: ignore[misc]
 
     def release(self) -> str:
         """Let a held job be scheduled again (``scontrol release``)."""
+        self.controls.actions.check_allowed()
         job = self._require_job()
         view = slurm_admin.release(job, runner=self._runner)
         self._answered(job, view)
@@ -183,6 +188,7 @@ class SchedulerPanel(pn.viewable.Viewer):  # type: ignore[misc]
 
     def cancel_pending(self) -> str:
         """Cancel the job while it waits in the queue (``scancel --state=PENDING``)."""
+        self.controls.actions.check_allowed()
         job = self._require_job()
         after = slurm_admin.cancel_pending(job, runner=self._runner)
         self._answered(job, after)
@@ -259,9 +265,10 @@ class SchedulerPanel(pn.viewable.Viewer):  # type: ignore[misc]
         if queued:
             return  # the buttons wait until the background thread has taken that click
         self._buttons_held = False
-        self.hold_button.disabled = not info.can_hold
-        self.release_button.disabled = not info.can_release
-        self.cancel_job_button.disabled = not info.can_cancel
+        locked = bool(self.controls.actions.locked)
+        self.hold_button.disabled = not info.can_hold or locked
+        self.release_button.disabled = not info.can_release or locked
+        self.cancel_job_button.disabled = not info.can_cancel or locked
         if not info.can_cancel:
             self.confirm_row.visible = False
 

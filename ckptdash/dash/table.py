@@ -163,7 +163,7 @@ class CheckpointTable(pn.viewable.Viewer):  # type: ignore[misc]
     def _update_button(self) -> None:
         snap = self.model.run
         valid = snap is not None and self._selected_path in snap.valid_paths()
-        self.pin_button.disabled = not valid
+        self.pin_button.disabled = not valid or bool(self.controls.actions.locked)
 
     def _pin(self, _: object) -> None:
         path = self._selected_path

@@ -351,3 +351,39 @@ def test_first_rows_change_only_the_tables_data_not_their_configuration(
         assert sorters["time"] == "timestamp"
     finally:
         d.close()
+
+
+def test_a_locked_page_shows_why_and_its_actions_write_nothing(
+    make_run: Callable[..., Path], hub: WatcherHub, wait_until: WaitUntil
+) -> None:
+    """``DashOptions(controls_off=...)`` (``panel serve`` without a login): every control is
+    off and the page says why; the actions refuse on their own too, since a client can send
+    a click for a disabled button, and nothing is written."""
+    root = make_run(evs=[*preempted_run(), ev(events.CheckpointDirDeclared, 0.5, path="/ck")])
+    d = Dashboard(root, options=DashOptions(watch="inotify", controls_off="no login"), hub=hub)
+    try:
+        wait_until(lambda: len(d.table.table.value) > 0, what="the first load")
+        with d.holding_updates():
+            d.table.table.selection = [1]
+        c = d.controls
+        for b in (c.save_button, c.stop_button, c.requeue_button, c.clear_pin_button):
+            assert b.disabled
+        assert d.table.pin_button.disabled
+        assert "Controls are off: no login" in c.off_reason.object
+        saved = sorted(d.model.run.valid_paths())[0]
+        for act in (
+            d.actions.save_now,
+            d.actions.stop_after_save,
+            lambda: d.actions.set_requeue_suspended(True),
+            lambda: d.actions.pin(saved),
+            d.actions.clear_pin,
+        ):
+            with pytest.raises(ControlError, match="controls are off on this page: no login"):
+                act()
+        _clicks(d, c.save_button)  # a forged click reaches the handler: refused, said
+        assert "controls are off" in c.message.object
+        assert _inbox(root) == []
+        settings = control.read_settings(root)
+        assert not settings.requeue_suspended and settings.resume_pin is None
+    finally:
+        d.close()
