@@ -15,15 +15,14 @@ import msgspec
 
 from ckptdash import control, fmt, health_cli, slurm_admin
 from ckptdash.errors import CkptDashError
-from ckptdash.records import AttemptInfo
+from ckptdash.records import SHOWN_STALE_AFTER_S, AttemptInfo
 from ckptdash.resume import choose_resume, load_state
 from ckptdash.rundir import RunDir, find_runs
 from ckptdash.state import RunState
 from ckptdash.state_checkpoints import checkpoint_order
 from ckptdash.terminal import one_line
 
-STALE_AFTER_S = 120.0
-"""A running attempt silent for this long is shown as stale (as the dashboard's default)."""
+STALE_AFTER_S = SHOWN_STALE_AFTER_S
 
 
 def status_command(args: argparse.Namespace) -> int:

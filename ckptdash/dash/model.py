@@ -16,12 +16,13 @@ from typing import Final, Literal, TypeAlias
 import param
 
 from ckptdash.dash.snapshot import FolderSnapshot, RunSnapshot
+from ckptdash.records import SHOWN_STALE_AFTER_S
 
 RunStatus: TypeAlias = Literal[
     "waiting", "running", "stale", "preempted", "requeue pending", "stopped", "finished", "failed"
 ]
 
-DEFAULT_STALE_AFTER_S: Final = 120.0
+DEFAULT_STALE_AFTER_S: Final = SHOWN_STALE_AFTER_S
 """A running attempt with no event for this long is shown as stale (the job stopped writing)."""
 
 RATE_WINDOW_S: Final = 300.0
