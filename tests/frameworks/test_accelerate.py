@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,9 @@ from accelerate.utils import ProjectConfiguration
 
 import ckptdash
 import ckptdash.accelerate
-from ckptdash.resume import load_state
+from ckptdash import manifest
+from ckptdash.resume import choose_resume, load_state
+from tests.frameworks.launch import torchrun2
 
 pytestmark = pytest.mark.integration
 
@@ -88,3 +91,43 @@ def test_save_state_into_a_named_folder_is_published_atomically(tmp_path: Path) 
     with ckptdash.Monitor(run, **FAST) as monitor:
         assert ckptdash.accelerate.load_state(monitor, acc) == target
     assert model.weight.abs().sum() > 0
+
+
+def test_two_ranks_save_rotate_and_resume_together(tmp_path: Path) -> None:
+    """torchrun x2 (gloo): every save_state is recorded once, after both ranks wrote (its
+    manifest lists each rank's RNG state), total_limit's deletion is recorded as removed; with
+    the newest save damaged, a second launch resumes both ranks from the one before it, with
+    the weights and progress that save held, and numbering continues after the damaged one
+    (which total_limit then rotates away, recorded)."""
+    run, project = tmp_path / "run", tmp_path / "project"
+    script = Path(__file__).with_name("accelerate_worker.py")
+    torchrun2(tmp_path, "first", script, str(run), str(project), "9")
+    state = load_state(run)
+    assert {Path(p).name: c.status for p, c in state.checkpoints.items()} == {
+        "checkpoint_0": "removed",
+        "checkpoint_1": "saved",
+        "checkpoint_2": "saved",
+    }
+    assert sorted(c.step for c in state.checkpoints.values() if c.status == "saved") == [5, 8]
+    newest = project / "checkpoints" / "checkpoint_2"
+    files = {e.path for e in manifest.read(newest)[0].files}
+    assert {"random_states_0.pkl", "random_states_1.pkl"} <= files
+    (newest / "random_states_1.pkl").unlink()  # rank 1's part of the newest save is lost
+    choice = choose_resume(run)
+    assert choice.path == str(project / "checkpoints" / "checkpoint_1")
+    assert [(p, "random_states_1.pkl missing" in why) for p, why in choice.skipped] == [
+        (str(newest), True)
+    ]
+
+    torchrun2(tmp_path, "resume", script, str(run), str(project), "12")
+    reports = [json.loads(Path(f"{run}.rank{r}.json").read_text()) for r in (0, 1)]
+    expected = {"world": 2, "start": 6, "loaded": "checkpoint_1", "loaded_ok": True}
+    assert reports == [expected] * 2
+    state = load_state(run)
+    assert {Path(p).name: (c.status, c.step) for p, c in state.checkpoints.items()} == {
+        "checkpoint_0": ("removed", 2),
+        "checkpoint_1": ("removed", 5),
+        "checkpoint_2": ("removed", 8),  # damaged, then rotated away by total_limit
+        "checkpoint_3": ("saved", 8),
+        "checkpoint_4": ("saved", 11),
+    }
