@@ -60,20 +60,8 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _free_port_pair() -> tuple[int, int]:
-    for _ in range(50):
-        a = free_port()
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", a + 1))
-            except OSError:
-                continue
-        return a, a + 1
-    raise ClusterUnavailable("found no two free neighbouring TCP ports for slurmctld/slurmd")
-
-
 class Cluster:
-    """A running single-node SLURM under ``base`` (see start.sh)."""
+    """A running SLURM under ``base`` (see start.sh): one node, or ``nodes`` of them."""
 
     def __init__(self, base: Path) -> None:
         self.base = base
@@ -93,22 +81,18 @@ class Cluster:
                 del self.env[name]  # the tests may themselves run inside a SLURM job
 
     @classmethod
-    def start(cls, base: Path, cpus: int = 8) -> Cluster:
-        """Run start.sh; ClusterUnavailable when the daemons cannot run here."""
+    def start(cls, base: Path, cpus: int = 8, nodes: int | None = None) -> Cluster:
+        """Run start.sh (``nodes``: that many nodes node1..nodeN, each slurmd in its own UTS
+        namespace; None: this machine as the one node); ClusterUnavailable when the daemons
+        cannot run here."""
         if os.geteuid() != 0:
             raise ClusterUnavailable(f"the SLURM tier needs root to run slurmd; {ENABLE_HINT}")
-        ctld, slurmd = _free_port_pair()
-        env = {
-            **os.environ,
-            "SLURM_NODE_CPUS": str(cpus),
-            "SLURMCTLD_PORT": str(ctld),
-            "SLURMD_PORT": str(slurmd),
-        }
+        env = {**os.environ, "SLURM_NODE_CPUS": str(cpus)}
         began = time.monotonic()
         cluster = cls(base)
         try:
             proc = subprocess.run(
-                ["bash", str(HERE / "start.sh"), str(base)],
+                ["bash", str(HERE / "start.sh"), str(base), *([str(nodes)] if nodes else [])],
                 env=env,
                 capture_output=True,
                 text=True,

@@ -1,41 +1,59 @@
 #!/usr/bin/env bash
-# Start a real single-node SLURM (munged + slurmctld + slurmd) on localhost, as root, without
-# systemd or cgroups. Everything it creates lives under BASE; stop.sh BASE stops it by pid file.
+# Start a real SLURM on this machine (munged + slurmctld + slurmd), as root, without systemd or
+# cgroups. Everything it creates lives under BASE; stop.sh BASE stops it by pid files.
 #
-#   bash tests/slurm/start.sh BASE        then: export SLURM_CONF=BASE/etc/slurm.conf
+#   bash tests/slurm/start.sh BASE          one node: this machine, under its own host name
+#   bash tests/slurm/start.sh BASE NODES    NODES nodes node1..nodeN on this machine: one
+#       `slurmd -N nodeK` each (its own port), each inside its own UTS namespace (`unshare
+#       --uts`, then `hostname nodeK`), so the tasks it runs see the host name nodeK. The
+#       filesystem is shared by all "nodes", as a cluster's shared filesystem is.
+#   then: export SLURM_CONF=BASE/etc/slurm.conf
 #
-# Knobs (environment): SLURM_NODE_CPUS (default 8: more than the real cores, so several small
-# test jobs run at once), CRED_EXPIRE (default 5 s: a requeued job may start again only after
-# the job credential expired, 120 s by default), SLURMCTLD_PORT / SLURMD_PORT (default 6817 /
-# 6818; the test fixture picks free ones so two clusters never meet).
-# Exit status: 0 up; 3 cannot run here (not root, packages missing: the message says what to do);
-# 1 a daemon did not come up (the log tails are printed).
+# Knobs (environment): SLURM_NODE_CPUS (default 8 per node: more than the real cores, so several
+# small test jobs run at once), CRED_EXPIRE (default 5 s: a requeued job may start again only
+# after the job credential expired, 120 s by default), SLURMCTLD_PORT / SLURMD_PORT (default:
+# free ports picked here, so this cluster never meets another one on the machine).
+# Exit status: 0 up; 3 cannot run here (not root, packages or unshare missing: the message says
+# what to do); 1 a daemon did not come up (the log tails are printed).
 set -euo pipefail
 
-BASE=${1:?usage: start.sh BASE_DIR}
+BASE=${1:?usage: start.sh BASE_DIR [NODES]}
+NODES=${2:-}
 mkdir -p "$BASE"
 BASE=$(cd "$BASE" && pwd)
-NODE=$(hostname -s)
+HOST=$(hostname -s)
 NCPU=${SLURM_NODE_CPUS:-8}
 CRED_EXPIRE=${CRED_EXPIRE:-5}
-CTLD_PORT=${SLURMCTLD_PORT:-6817}
-SLURMD_PORT=${SLURMD_PORT:-6818}
 SBIN=/usr/sbin
+if [ -n "$NODES" ]; then
+    NAMES=$(seq -f 'node%g' 1 "$NODES")
+    NEEDS="unshare"
+else
+    NAMES=$HOST
+    NEEDS=""
+fi
 
 if [ "$(id -u)" -ne 0 ]; then
     echo "start.sh: must run as root (slurmd runs jobs as their users); the SLURM tier needs root" >&2
     exit 3
 fi
 missing=()
-for exe in "$SBIN/munged" "$SBIN/slurmctld" "$SBIN/slurmd" munge unmunge sbatch scontrol sinfo; do
+for exe in "$SBIN/munged" "$SBIN/slurmctld" "$SBIN/slurmd" munge unmunge sbatch scontrol sinfo \
+    python3 $NEEDS; do
     command -v "$exe" >/dev/null 2>&1 || missing+=("$exe")
 done
 if [ ${#missing[@]} -ne 0 ]; then
     echo "start.sh: missing ${missing[*]}; install them with" \
-        "'sudo apt-get install slurmctld slurmd slurm-client munge'" >&2
+        "'sudo apt-get install slurmctld slurmd slurm-client munge util-linux'" >&2
+    exit 3
+fi
+if [ -n "$NODES" ] && ! unshare --uts true 2>/dev/null; then
+    echo "start.sh: 'unshare --uts' is not allowed here (a container without" \
+        "CAP_SYS_ADMIN); run the tests as root on a machine or a privileged container" >&2
     exit 3
 fi
 
+free_port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
 mkdir -p "$BASE"/{etc,state,spool,log,run,munge}
 chmod 700 "$BASE/munge"
 MUNGE_SOCK="$BASE/munge/munge.socket.2"
@@ -55,16 +73,18 @@ if ! munge -n -S "$MUNGE_SOCK" 2>/dev/null | unmunge -S "$MUNGE_SOCK" >/dev/null
 fi
 munge -n -S "$MUNGE_SOCK" | unmunge -S "$MUNGE_SOCK" >/dev/null
 
-# --- slurm.conf: one node, no accounting, no cgroups; fast scheduling and requeue
-MEM_MB=$(($(awk '/MemTotal/{print $2}' /proc/meminfo) / 1024 / 2))
-cat > "$BASE/etc/slurm.conf" <<CONF
+# --- slurm.conf: no accounting, no cgroups; fast scheduling and requeue; per-node files by %n
+N=$(echo "$NAMES" | wc -w)
+MEM_MB=$(($(awk '/MemTotal/{print $2}' /proc/meminfo) / 1024 / 2 / N))
+{
+    cat <<CONF
 # Written by tests/slurm/start.sh for the ckptdash SLURM test tier.
 ClusterName=ckptdash
-SlurmctldHost=${NODE}(127.0.0.1)
+SlurmctldHost=${HOST}(127.0.0.1)
 SlurmUser=root
 SlurmdUser=root
-SlurmctldPort=${CTLD_PORT}
-SlurmdPort=${SLURMD_PORT}
+SlurmctldPort=${SLURMCTLD_PORT:-$(free_port)}
+SlurmdPort=${SLURMD_PORT:-$(free_port)}
 AuthType=auth/munge
 CredType=cred/munge
 AuthInfo=socket=${MUNGE_SOCK},cred_expire=${CRED_EXPIRE}
@@ -80,11 +100,11 @@ SchedulerType=sched/backfill
 SchedulerParameters=bf_interval=1,sched_interval=2
 MailProg=/bin/true
 StateSaveLocation=${BASE}/state
-SlurmdSpoolDir=${BASE}/spool
+SlurmdSpoolDir=${BASE}/spool/%n
 SlurmctldPidFile=${BASE}/run/slurmctld.pid
-SlurmdPidFile=${BASE}/run/slurmd.pid
+SlurmdPidFile=${BASE}/run/slurmd-%n.pid
 SlurmctldLogFile=${BASE}/log/slurmctld.log
-SlurmdLogFile=${BASE}/log/slurmd.log
+SlurmdLogFile=${BASE}/log/slurmd-%n.log
 SlurmctldDebug=info
 SlurmdDebug=info
 ReturnToService=2
@@ -95,23 +115,39 @@ KillWait=5
 OverTimeLimit=0
 InactiveLimit=0
 MessageTimeout=10
-NodeName=${NODE} NodeAddr=127.0.0.1 CPUs=${NCPU} RealMemory=${MEM_MB} State=UNKNOWN
-PartitionName=debug Nodes=${NODE} Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
 CONF
+    for name in $NAMES; do
+        # Several nodes share this machine's address: each slurmd needs a port of its own.
+        port=$([ -n "$NODES" ] && echo " Port=$(free_port)" || true)
+        echo "NodeName=$name NodeHostname=${HOST} NodeAddr=127.0.0.1${port} CPUs=${NCPU}" \
+            "RealMemory=${MEM_MB} State=UNKNOWN"
+    done
+    echo "PartitionName=debug Nodes=$(echo $NAMES | tr ' ' ,) Default=YES MaxTime=INFINITE" \
+        "State=UP OverSubscribe=NO"
+} > "$BASE/etc/slurm.conf"
 export SLURM_CONF="$BASE/etc/slurm.conf"
 
 alive() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
-# --- daemons: both fork into the background and write their pid files; -c starts clean
+# --- daemons: each forks into the background and writes its pid file; -c starts clean
 alive "$BASE/run/slurmctld.pid" || "$SBIN/slurmctld" -c -f "$SLURM_CONF"
-alive "$BASE/run/slurmd.pid" || "$SBIN/slurmd" -f "$SLURM_CONF"
+for name in $NAMES; do
+    mkdir -p "$BASE/spool/$name"
+    alive "$BASE/run/slurmd-$name.pid" && continue
+    if [ -n "$NODES" ]; then
+        unshare --uts sh -c "hostname $name && exec $SBIN/slurmd -N $name -f '$SLURM_CONF'"
+    else
+        "$SBIN/slurmd" -f "$SLURM_CONF"
+    fi
+done
 
-# --- up once the node takes jobs
+# --- up once every node takes jobs
 for _ in $(seq 1 120); do
-    state=$(sinfo -h -N -o '%T' 2>/dev/null | head -1 || true)
-    case "$state" in idle | mixed | allocated) echo "SLURM_CONF=$SLURM_CONF"; exit 0 ;; esac
+    up=$(sinfo -h -N -o '%T' 2>/dev/null | grep -cE '^(idle|mixed|allocated)' || true)
+    if [ "$up" -ge "$N" ]; then echo "SLURM_CONF=$SLURM_CONF"; exit 0; fi
     sleep 0.25
 done
-echo "start.sh: the node did not become idle within 30 s (state: '${state:-none}'); logs:" >&2
+echo "start.sh: $N node(s) did not become idle within 30 s; sinfo and logs:" >&2
+sinfo -N >&2 || true
 tail -n 20 "$BASE"/log/*.log >&2 || true
 exit 1

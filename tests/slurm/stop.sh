@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Stop what start.sh BASE started, by its pid files only: cancel the cluster's jobs, then
-# TERM slurmd, slurmctld and munged (KILL whoever is still there after 10 s).
+# TERM every slurmd, slurmctld and munged (KILL whoever is still there after 10 s).
 #   bash tests/slurm/stop.sh BASE [--wipe]      --wipe also removes BASE's SLURM folders
 set -uo pipefail
 BASE=${1:?usage: stop.sh BASE_DIR [--wipe]}
 export SLURM_CONF="$BASE/etc/slurm.conf"
-PIDFILES=("$BASE/run/slurmd.pid" "$BASE/run/slurmctld.pid" "$BASE/munge/munged.pid")
+shopt -s nullglob
+PIDFILES=("$BASE"/run/slurmd-*.pid "$BASE/run/slurmctld.pid" "$BASE/munge/munged.pid")
 
 alive() { [ -s "$1" ] && kill -0 "$(cat "$1" 2>/dev/null)" 2>/dev/null; }
 

@@ -108,18 +108,22 @@ def test_preempted_lightning_job_saves_requeues_and_resumes_at_the_next_step(
 
 # --- 2. time limit ---------------------------------------------------------------------------
 
-TL_STEPS = 4000  # at 20 ms a step the first two attempts cannot finish before their signal
+TL_STEPS = 8000  # at 20 ms a step the first two attempts cannot finish before their signal
 
 
 def drive_time_limit(s: Scenario) -> dict[str, Any]:
     run = s.root / "run"
-    # -t 1 --signal=B:USR2@20: SLURM checks limits about every 30 s, so the signal comes
-    # 10-40 s into each attempt and the kill 60-90 s in. Attempts from 2 on train unpaused.
+    # -t 2 --signal=B:USR2@50: slurmctld checks limits every 30 s and sends the warning at
+    # the first check with less than 50 + 30 s left, so the signal comes 40-70 s into each
+    # attempt and the kill 120-150 s in. The 40 s are for the job's start: every scenario
+    # starts at once, and a USR2 before ckptdash handles it would kill the job (a 1-minute
+    # limit with @20, 10-40 s, once lost that race under load). Attempts from 2 on train
+    # unpaused.
     job = s.monitor(
         run,
         "--requeue",
-        "--time=1",
-        "--signal=B:USR2@20",
+        "--time=2",
+        "--signal=B:USR2@50",
         max_steps=TL_STEPS,
         step_time=0.02,
         fast_from_attempt=2,
@@ -139,7 +143,7 @@ def drive_time_limit(s: Scenario) -> dict[str, Any]:
 def test_time_limit_signal_saves_and_requeues_before_the_kill_twice_then_completes(
     scenarios: Scenarios,
 ) -> None:
-    """With a 1-minute limit and --signal=B:USR2@20, SLURM's own warning signal makes the job
+    """With a 2-minute limit and --signal=B:USR2@50, SLURM's own warning signal makes the job
     save and requeue itself before the time-limit kill, in two attempts in a row (no SIGTERM,
     no TIMEOUT); the third attempt resumes from the second's signal checkpoint and completes."""
     r = scenarios.result(drive_time_limit, timeout=500)
@@ -159,7 +163,7 @@ def test_time_limit_signal_saves_and_requeues_before_the_kill_twice_then_complet
         assert first(events, "requeue_issued", attempt).job_id == r["job"]
         info = status["attempts"][str(attempt)]
         assert (info["outcome"], info["end_reason"]) == ("stopped", "preempted")
-        assert info["ended_at"] - info["started_at"] < 60  # saved before the 1-minute limit
+        assert info["ended_at"] - info["started_at"] < 120  # saved before the 2-minute limit
     second_save = first(events, "checkpoint_saved", 1)
     assert first(events, "run_resumed", 2).path == second_save.path
     last = r["reports"][2]
@@ -168,7 +172,7 @@ def test_time_limit_signal_saves_and_requeues_before_the_kill_twice_then_complet
     assert status["attempts"]["2"]["outcome"] == "finished"
     MEASUREMENTS.append(
         (
-            "time limit 60 s, --signal=B:USR2@20: signal after the attempt started",
+            "time limit 120 s, --signal=B:USR2@50: signal after the attempt started",
             {
                 f"attempt {a}": first(events, "signal_received", a).t
                 - first(events, "run_started", a).t

@@ -1,4 +1,4 @@
-"""The multi-node SLURM tier: one real 3-node cluster on this machine (start_multi.sh), each
+"""The multi-node SLURM tier: one real 3-node cluster on this machine (start.sh BASE 3), each
 slurmd in its own UTS namespace so its tasks see host names node1..node3.
 
 Separate from the single-node cluster of tests/slurm: its own fixtures (``multi_cluster``,
@@ -11,7 +11,6 @@ up, all at once; each test asserts on its scenario's observations.
 from __future__ import annotations
 
 import os
-import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,7 +19,6 @@ from typing import Any
 import pytest
 
 from tests.slurm.harness import (
-    ENABLE_HINT,
     Cluster,
     ClusterUnavailable,
     Driver,
@@ -35,49 +33,6 @@ MEASUREMENTS: list[tuple[str, dict[str, float]]] = []
 _spans: dict[str, float] = {}
 
 
-class MultiCluster(Cluster):
-    """A running 3-node SLURM under ``base`` (start_multi.sh / stop_multi.sh)."""
-
-    @classmethod
-    def start_multi(cls, base: Path) -> MultiCluster:
-        if os.geteuid() != 0:
-            raise ClusterUnavailable(f"the SLURM tier needs root to run slurmd; {ENABLE_HINT}")
-        cluster = cls(base)
-        began = time.monotonic()
-        env = {**os.environ, "SLURM_NODE_CPUS": str(NODE_CPUS)}
-        try:
-            proc = subprocess.run(
-                ["bash", str(HERE / "start_multi.sh"), str(base), str(NODES)],
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=120,
-                check=False,
-            )
-        except subprocess.TimeoutExpired:
-            cluster.stop()
-            raise ClusterUnavailable(f"start_multi.sh {base} took more than 120 s") from None
-        cluster.start_s = time.monotonic() - began
-        if proc.returncode == 3:
-            raise ClusterUnavailable(f"{proc.stderr.strip()}, then run the tests as root")
-        if proc.returncode != 0:
-            cluster.stop()
-            raise ClusterUnavailable(
-                f"start_multi.sh {base} failed (exit {proc.returncode}):"
-                f" {proc.stderr.strip()[-2000:]}; {ENABLE_HINT}"
-            )
-        return cluster
-
-    def stop(self) -> None:
-        subprocess.run(
-            ["bash", str(HERE / "stop_multi.sh"), str(self.base)],
-            env=self.env,
-            capture_output=True,
-            timeout=120,
-            check=False,
-        )
-
-
 def multi_scenario(driver: Driver) -> Callable[[Callable[..., None]], Callable[..., None]]:
     """Mark a test as checking ``driver``'s scenario on the multi-node cluster."""
 
@@ -89,12 +44,12 @@ def multi_scenario(driver: Driver) -> Callable[[Callable[..., None]], Callable[.
 
 
 @pytest.fixture(scope="package")
-def multi_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MultiCluster]:
+def multi_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """A running 3-node SLURM; skipped (failed in CI) where it cannot run."""
     base = tmp_path_factory.mktemp("slurm-multi")
     began = time.monotonic()
     try:
-        cluster = MultiCluster.start_multi(base)
+        cluster = Cluster.start(base, cpus=NODE_CPUS, nodes=NODES)
     except ClusterUnavailable as exc:
         if os.environ.get("CI") == "true":
             pytest.fail(f"the SLURM tier must run in CI (CI=true), but: {exc}", pytrace=False)
@@ -110,7 +65,7 @@ def multi_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MultiClu
 @pytest.fixture(scope="package")
 def multi_scenarios(
     request: pytest.FixtureRequest,
-    multi_cluster: MultiCluster,
+    multi_cluster: Cluster,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Scenarios]:
     """Starts the scenario of every selected multi-node test now, so they run concurrently."""
@@ -129,7 +84,7 @@ def multi_scenarios(
 
 
 @pytest.fixture(autouse=True)
-def _slurm_conf(multi_cluster: MultiCluster, monkeypatch: pytest.MonkeyPatch) -> None:
+def _slurm_conf(multi_cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
     """Tests here talk to the multi-node cluster (this replaces tests/slurm's fixture of the
     same name, so the single-node cluster is not started for them)."""
     monkeypatch.setenv("SLURM_CONF", str(multi_cluster.conf))

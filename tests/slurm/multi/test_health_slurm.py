@@ -54,8 +54,10 @@ def submit(s: Scenario, body: str, *options: str) -> Job:
 
 
 def job_args(s: Scenario, run: Path, *args: str) -> str:
+    """monitor_job.py's arguments: 50 ms steps, 10 of them unless ``args`` say otherwise."""
     n = len(s.jobs)
-    return shlex.join([str(JOBS / "health_job.py"), str(run), str(s.root / f"reports{n}"), *args])
+    job = [str(JOBS / "monitor_job.py"), str(run), str(s.root / f"reports{n}")]
+    return shlex.join([*job, "--step-time", "0.05", "--max-steps", "10", *args])
 
 
 @contextmanager
