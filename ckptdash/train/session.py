@@ -51,7 +51,7 @@ from ckptdash.train.announce import announcement
 from ckptdash.train.attempts import attempt_number
 from ckptdash.train.commands import Commands
 from ckptdash.train.config import ConfigError, SignalAction, TrainConfig
-from ckptdash.train.decision import ACTION_CODE, Decision, Pending, decide
+from ckptdash.train.decision import ACTION_CODE, REQUEUE, Decision, Pending, decide
 from ckptdash.train.guard import Claimant, RunGuard
 from ckptdash.train.recovery import recover
 from ckptdash.train.scheduler import Scheduler, detect
@@ -303,6 +303,7 @@ class Session:
             # rank 0 may never get to record anything.
             self.writer.emit(RunFailed, step=self.step, error=f"{type(error).__name__}: {error}")
         elif self.rank == 0:
+            self._requeue_if_asked_since_terminating()
             self.writer.emit(RunFinished, step=self.step, reason=self.stop_reason or reason)
         # Only now: a SIGTERM while the outcome is written (SLURM's, right after a requeue)
         # is recorded by our handler instead of ending the process first.
@@ -310,6 +311,28 @@ class Session:
         if self._writer is not None:
             # Stays open: a user's trainer.save_checkpoint() after fit() is still recorded.
             self._writer.sync()
+
+    def _requeue_if_asked_since_terminating(self) -> None:
+        """Signals add up until the attempt ends, not only until the check that decided.
+
+        A terminate signal followed a moment later by a requeue signal (submitit's
+        ``job._interrupt()``: SIGTERM, then USR2 6 ms later, often during the save the
+        first one asked for) is one preemption: the save is made, so requeue now.
+        """
+        if self.stop_reason != "terminated":
+            return
+        self._take_signals()
+        if self._pending.signal_code < REQUEUE:
+            return
+        requeue.requeue(
+            self.writer,
+            self.config,
+            self.run,
+            self.scheduler,
+            attempt=self.attempt,
+            step=self.step,
+        )
+        self.stop_reason = "preempted"
 
     def record_exception(self, exc: BaseException) -> None:
         """Record an exception that escaped training (before any exception save)."""

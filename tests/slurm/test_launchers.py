@@ -7,6 +7,7 @@ Each test names a scenario driver (run concurrently with the tier's others, see 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -96,7 +97,9 @@ def test_lightning_usr1_applies_the_requeue_budget(scenarios: Scenarios) -> None
 # --- submitit ----------------------------------------------------------------------------------
 
 
-def drive_submitit(s: Scenario) -> dict[str, Any]:
+def _submitit(s: Scenario, preempt: Callable[[Any, Job, Path], None]) -> dict[str, Any]:
+    """Submit submitit_job.train through preemptible() with submitit's defaults, preempt it
+    once with ``preempt(submitit_job, job, run)``, and wait for its result."""
     import submitit
 
     from ckptdash.submitit import preemptible
@@ -114,8 +117,7 @@ def drive_submitit(s: Scenario) -> dict[str, Any]:
     job = Job(sub.job_id, Path(sub.paths.stdout), reports, Path(sub.paths.submission_file))
     s.jobs.append(job)
     s.runs.append(run)
-    # Submitit runs the function under srun: a plain scancel --signal reaches it.
-    _preempt(s, job, run, "USR2", batch=False)
+    preempt(sub, job, run)
     s.wait(lambda: sub.paths.result_pickle.exists(), "the submitit result", timeout=180)
     return {
         "result": sub.result(),
@@ -125,15 +127,21 @@ def drive_submitit(s: Scenario) -> dict[str, Any]:
     }
 
 
-@scenario(drive_submitit)
-def test_submitit_preemption_saves_once_requeues_once_and_returns_the_final_result(
-    scenarios: Scenarios,
-) -> None:
-    """A plain function with ckptdash.Monitor, submitted with submitit's defaults through
-    ckptdash.submitit.preemptible and preempted by USR2: one signal save at a step boundary,
-    one requeue, the next attempt resumes right after that save, and job.result() returns the
-    completed training's value (not the preempted attempt's)."""
-    r = scenarios.result(drive_submitit)
+def drive_submitit(s: Scenario) -> dict[str, Any]:
+    # Submitit runs the function under srun: a plain scancel --signal reaches it.
+    return _submitit(s, lambda sub, job, run: _preempt(s, job, run, "USR2", batch=False))
+
+
+def drive_submitit_interrupt(s: Scenario) -> dict[str, Any]:
+    def interrupt(sub: Any, job: Job, run: Path) -> None:
+        s.wait_training(job, 0)
+        s.wait(lambda: _heartbeat_step(run, 0) >= 10, "attempt 0 past step 10")
+        sub._interrupt()  # submitit's own preemption for tests: SIGTERM, then USR2
+
+    return _submitit(s, interrupt)
+
+
+def _check_one_preemption(r: dict[str, Any]) -> None:
     events = r["events"]
     assert r["fields"]["JobState"] == "COMPLETED" and r["fields"]["Restarts"] == "1"
     saves = [e for e in events if e.KIND == "checkpoint_saved"]
@@ -144,3 +152,24 @@ def test_submitit_preemption_saves_once_requeues_once_and_returns_the_final_resu
     assert (ends[1].KIND, ends[1].reason) == ("run_finished", "completed")
     assert r["reports"][1]["first_step"] == saves[0].step + 1  # nothing redone
     assert r["result"] == {"attempt": 1, "first_step": saves[0].step + 1, "last_step": STEPS - 1}
+
+
+@scenario(drive_submitit)
+def test_submitit_preemption_saves_once_requeues_once_and_returns_the_final_result(
+    scenarios: Scenarios,
+) -> None:
+    """A plain function with ckptdash.Monitor, submitted with submitit's defaults through
+    ckptdash.submitit.preemptible and preempted by USR2: one signal save at a step boundary,
+    one requeue, the next attempt resumes right after that save, and job.result() returns the
+    completed training's value (not the preempted attempt's)."""
+    _check_one_preemption(scenarios.result(drive_submitit))
+
+
+@scenario(drive_submitit_interrupt)
+def test_submitits_own_interrupt_sigterm_then_usr2_is_one_save_and_one_requeue(
+    scenarios: Scenarios,
+) -> None:
+    """submitit's job._interrupt() (SIGTERM, then USR2 a moment later, as SLURM preempts a
+    job): the two signals add up to one preemption — one signal save, one requeue, the next
+    attempt resumes right after the save and job.result() is the completed training's."""
+    _check_one_preemption(scenarios.result(drive_submitit_interrupt))

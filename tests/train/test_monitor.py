@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+import ckptdash
 from ckptdash import control
 from tests.train.helpers import (
     fake_scontrol,
@@ -154,6 +155,33 @@ def test_sigterm_saves_and_exits_without_requeue(
     state = state_of(run)
     assert [c.trigger for c in state.checkpoints.values()] == ["signal"]
     assert (state.attempts[0].outcome, state.attempts[0].end_reason) == ("stopped", "terminated")
+
+
+def test_a_requeue_signal_after_a_terminate_one_requeues_after_the_one_save(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGTERM, then SIGUSR2 once the SIGTERM's save is made and training stops (submitit's
+    job._interrupt() sends them 6 ms apart): one save, and the job is requeued as preempted
+    instead of ending "terminated" with nobody to restart it."""
+    run, log = tmp_path / "run", tmp_path / "scontrol.log"
+    fake_scontrol(tmp_path / "bin", log)
+    slurm_env(monkeypatch, tmp_path / "bin")
+    with ckptdash.Monitor(run, agree_interval_s=1e-6, poll_interval_s=1e-6) as monitor:
+        for step in range(20):
+            monitor.step(step)
+            if step == 4:
+                send_self(signal.SIGTERM)
+            if monitor.should_save:
+                monitor.save({"step": step})
+            if monitor.should_stop:
+                send_self(signal.SIGUSR2)  # after the decision, before the attempt ends
+                break
+    assert log.read_text().split() == ["requeue", "4242"]
+    state = state_of(run)
+    assert [(c.trigger, c.step) for c in state.checkpoints.values()] == [("signal", 5)]
+    assert [s.signal for s in state.signals] == ["SIGTERM", "SIGUSR2"]
+    assert [r.issued for r in state.requeues] == [True]
+    assert (state.attempts[0].outcome, state.attempts[0].end_reason) == ("stopped", "preempted")
 
 
 def test_save_now_and_stop_after_save_apply_once_with_path(tmp_path: Path) -> None:
