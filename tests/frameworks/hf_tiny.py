@@ -3,7 +3,8 @@
 Imported by the tests and run as a script by the torchrun test:
 ``python -m torch.distributed.run --nproc-per-node=2 hf_tiny.py RUN_DIR OUT_DIR STEPS [SIG_AT]``:
 with SIG_AT, rank 1 alone sends itself SIGUSR2 at the end of that step. Each rank writes the
-step it ended at to ``RUN_DIR.done<rank>``.
+step its training starts from to ``RUN_DIR.start<rank>`` and the one it ended at to
+``RUN_DIR.done<rank>``.
 """
 
 from __future__ import annotations
@@ -91,10 +92,20 @@ class SignalAt(TrainerCallback):
             os.kill(os.getpid(), signal.SIGUSR2)
 
 
+class StartedAt(TrainerCallback):
+    """Each rank writes the step its training starts from to ``RUN_DIR.start<rank>``."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        Path(f"{self.run_dir}.start{args.process_index}").write_text(str(state.global_step))
+
+
 if __name__ == "__main__":
     run_dir, out_dir, steps = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
     cb = CkptDashCallback(run_dir, agree_interval_s=0.01, poll_interval_s=0.01)
-    callbacks: list[Any] = [cb]
+    callbacks: list[Any] = [cb, StartedAt(run_dir)]
     if len(sys.argv) > 4:
         callbacks.insert(0, SignalAt(int(sys.argv[4])))
     t = trainer(out_dir, steps=steps, callbacks=callbacks, save_steps=3, save_total_limit=2)

@@ -209,10 +209,10 @@ def test_a_kill_during_the_trainers_save_is_an_interrupted_save(tmp_path: Path) 
     assert load_state(run).checkpoints[str(out / "checkpoint-4")].status == "saved"  # saved again
 
 
-def test_two_ranks_agree_on_a_signal_save(tmp_path: Path) -> None:
+def test_two_ranks_agree_on_a_signal_save_and_resume_from_it(tmp_path: Path) -> None:
     """torchrun x2 (gloo): SIGUSR2 to rank 1 alone makes both ranks save the same
     checkpoint-N (with both ranks' RNG files in its manifest), stop there and end train()
-    normally; it is the next launch's resume choice. (Resuming two ranks is the DCP test's.)"""
+    normally; the next launch resumes both ranks from it and they finish together."""
     run, out = tmp_path / "run", tmp_path / "out"
     script = Path(__file__).with_name("hf_tiny.py")
     torchrun2(tmp_path, "signal", script, str(run), str(out), "20", "4")
@@ -225,3 +225,10 @@ def test_two_ranks_agree_on_a_signal_save(tmp_path: Path) -> None:
     assert [(s.rank, s.signal) for s in state.signals] == [(1, "SIGUSR2")]
 
     assert ckptdash.resume_path(run) == ckpt.path
+
+    torchrun2(tmp_path, "resume", script, str(run), str(out), "20")
+    assert {Path(f"{run}.start{r}").read_text() for r in (0, 1)} == {str(ckpt.step)}
+    assert {Path(f"{run}.done{r}").read_text() for r in (0, 1)} == {"20"}
+    state = load_state(run)
+    assert state.attempts[1].resumed_from == ckpt.path
+    assert (state.attempts[1].outcome, state.attempts[1].step) == ("finished", 20)
