@@ -18,15 +18,18 @@ the file is identical either way, only the CPU spent on it differs.
 from __future__ import annotations
 
 import errno
-import fcntl
 import mmap
 import os
+import sys
 from typing import Final
+
+if sys.platform != "win32":
+    import fcntl
 
 # Whole multiples of 4 KiB (the largest logical block in common use) and of the page size;
 # large enough that one write keeps a network filesystem streaming.
 BOUNCE_BYTES: Final = 4 << 20
-_O_DIRECT: Final = getattr(os, "O_DIRECT", 0)
+_O_DIRECT: Final = getattr(os, "O_DIRECT", 0)  # 0 where there is none (macOS, Windows)
 
 
 class DirectFile:
