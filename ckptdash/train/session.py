@@ -324,6 +324,11 @@ class Session:
         self._take_signals()
         if self._pending.signal_code < REQUEUE:
             return
+        self._requeue()
+        self.stop_reason = "preempted"
+
+    def _requeue(self) -> None:
+        """Requeue the job unless the policy refuses; record which (rank 0)."""
         requeue.requeue(
             self.writer,
             self.config,
@@ -332,7 +337,6 @@ class Session:
             attempt=self.attempt,
             step=self.step,
         )
-        self.stop_reason = "preempted"
 
     def record_exception(self, exc: BaseException) -> None:
         """Record an exception that escaped training (before any exception save)."""
@@ -484,14 +488,7 @@ class Session:
         if decision is None:
             return
         if decision.requeue and self.rank == 0:
-            requeue.requeue(
-                self.writer,
-                self.config,
-                self.run,
-                self.scheduler,
-                attempt=self.attempt,
-                step=self.step,
-            )
+            self._requeue()
         if decision.stop:
             self.stop_reason = decision.reason
             if decision.trigger == "signal":
