@@ -35,8 +35,9 @@ _O_DIRECT: Final = getattr(os, "O_DIRECT", 0)  # 0 where there is none (macOS, W
 class DirectFile:
     """A write-only file object over ``fd`` that writes through ``O_DIRECT`` where it can.
 
-    Owns ``fd`` (closed by :meth:`close`). :attr:`direct` says whether any bytes went
-    around the page cache; it turns False for good when the filesystem refuses.
+    Owns ``fd`` (closed by :meth:`close`). :attr:`direct` says whether writes go around
+    the page cache now: False from the start where the filesystem refuses, from the first
+    refused write on, and after :meth:`flush` (the unaligned tail goes buffered).
     """
 
     def __init__(self, fd: int, *, bounce_bytes: int = BOUNCE_BYTES) -> None:
