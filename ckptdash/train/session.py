@@ -23,10 +23,11 @@ import contextlib
 import os
 import socket
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Final
 
 from ckptdash import control
 from ckptdash.errors import RunDirError
@@ -62,6 +63,12 @@ from ckptdash.writer import EventWriter
 SIGNAL_STOPS: list[str] = []
 """Why each signal stop in this process stopped training (``preempted``, ``terminated``): a
 launcher helper must then not report the function's early return as a final result."""
+
+
+LATE_REQUEUE_WINDOW_S: Final = 2.0
+"""How long an attempt stopped by a terminate signal waits for a requeue signal before it
+ends (see ``Session._requeue_if_asked_since_terminating``); well inside SLURM's KillWait
+(30 s by default) between SIGTERM and SIGKILL."""
 
 
 class Session:
@@ -302,9 +309,10 @@ class Session:
             # On every rank that saw it (others in their own file): when one rank fails,
             # rank 0 may never get to record anything.
             self.writer.emit(RunFailed, step=self.step, error=f"{type(error).__name__}: {error}")
-        elif self.rank == 0:
+        else:
             self._requeue_if_asked_since_terminating()
-            self.writer.emit(RunFinished, step=self.step, reason=self.stop_reason or reason)
+            if self.rank == 0:
+                self.writer.emit(RunFinished, step=self.step, reason=self.stop_reason or reason)
         # Only now: a SIGTERM while the outcome is written (SLURM's, right after a requeue)
         # is recorded by our handler instead of ending the process first.
         self.signals.uninstall()
@@ -315,16 +323,29 @@ class Session:
     def _requeue_if_asked_since_terminating(self) -> None:
         """Signals add up until the attempt ends, not only until the check that decided.
 
-        A terminate signal followed a moment later by a requeue signal (submitit's
-        ``job._interrupt()``: SIGTERM, then USR2 6 ms later, often during the save the
-        first one asked for) is one preemption: the save is made, so requeue now.
+        A terminate signal followed a moment later by a requeue signal is one preemption:
+        SLURM with ``PreemptParameters=send_user_signal``, and submitit's own
+        ``job._interrupt()``, send SIGTERM and then the requeue signal, one ``scancel``
+        apart (6-105 ms measured on the SLURM tier). So an attempt a terminate signal
+        stopped waits up to :data:`LATE_REQUEUE_WINDOW_S` for one, with its handlers still
+        installed (after them, the requeue signal's default action would kill it), and
+        then requeues: the save is made. Every rank waits; rank 0 requeues.
         """
-        if self.stop_reason != "terminated":
+        if self.stop_reason != "terminated" or not self.scheduler.can_requeue:
             return
-        self._take_signals()
-        if self._pending.signal_code < REQUEUE:
+        if all(ACTION_CODE[a] < REQUEUE for a in self._actions.values()):
             return
-        self._requeue()
+        deadline = time.monotonic() + LATE_REQUEUE_WINDOW_S
+        pause = threading.Event()  # never set: short pauses between looks
+        while True:
+            self._take_signals()
+            if self._pending.signal_code >= REQUEUE:
+                break
+            if time.monotonic() >= deadline:
+                return
+            pause.wait(0.01)
+        if self.rank == 0:
+            self._requeue()
         self.stop_reason = "preempted"
 
     def _requeue(self) -> None:

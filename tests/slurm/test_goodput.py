@@ -70,7 +70,9 @@ def test_goodput_of_a_lightning_job_preempted_twice(scenarios: Scenarios) -> Non
         assert row["saving"] == pytest.approx(math.fsum(e.duration_s for e in saves), abs=1e-5)
         end = first(events, "run_finished", a).t
         if a < 2:
-            assert saves[-1].trigger == "signal"
+            # The signal save, and a periodic one after it when the signal landed on a
+            # periodic step (every 40): lost work runs from the last durable save.
+            assert "signal" in [e.trigger for e in saves]
             assert row["lost_work"] == pytest.approx(end - saves[-1].t, abs=1e-5)
             assert row["lost_work"] < 5.0  # the signal save came right before the end
             nxt = first(events, "run_started", a + 1).t

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import threading
 from pathlib import Path
 
 import pytest
@@ -160,9 +161,9 @@ def test_sigterm_saves_and_exits_without_requeue(
 def test_a_requeue_signal_after_a_terminate_one_requeues_after_the_one_save(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """SIGTERM, then SIGUSR2 once the SIGTERM's save is made and training stops (submitit's
-    job._interrupt() sends them 6 ms apart): one save, and the job is requeued as preempted
-    instead of ending "terminated" with nobody to restart it."""
+    """SIGTERM, then SIGUSR2 0.3 s after the SIGTERM's save is made and training stopped
+    (submitit's job._interrupt() sends them one scancel apart): one save, and the job is
+    requeued as preempted instead of ending "terminated" with nobody to restart it."""
     run, log = tmp_path / "run", tmp_path / "scontrol.log"
     fake_scontrol(tmp_path / "bin", log)
     slurm_env(monkeypatch, tmp_path / "bin")
@@ -174,7 +175,8 @@ def test_a_requeue_signal_after_a_terminate_one_requeues_after_the_one_save(
             if monitor.should_save:
                 monitor.save({"step": step})
             if monitor.should_stop:
-                send_self(signal.SIGUSR2)  # after the decision, before the attempt ends
+                # After the save, while the attempt ends (as a second scancel lands).
+                threading.Timer(0.3, send_self, args=(signal.SIGUSR2,)).start()
                 break
     assert log.read_text().split() == ["requeue", "4242"]
     state = state_of(run)
