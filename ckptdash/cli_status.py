@@ -22,8 +22,6 @@ from ckptdash.state import RunState
 from ckptdash.state_checkpoints import checkpoint_order
 from ckptdash.terminal import one_line
 
-STALE_AFTER_S = SHOWN_STALE_AFTER_S
-
 
 def status_command(args: argparse.Namespace) -> int:
     """``ckptdash status PATH``: one run in full, or a line per run of a folder."""
@@ -56,7 +54,7 @@ def status_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_word(state: RunState, now: float, stale_after_s: float = STALE_AFTER_S) -> str:
+def run_word(state: RunState, now: float, stale_after_s: float = SHOWN_STALE_AFTER_S) -> str:
     """The run's state in one word, as the dashboard's badge says it."""
     newest = _newest(state)
     if newest is None:
