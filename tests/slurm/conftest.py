@@ -12,14 +12,20 @@ Every selected scenario starts as soon as the cluster is up, all at the same tim
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.slurm.harness import DURATIONS, MEASUREMENTS, Cluster, ClusterUnavailable, Scenarios
+from tests.slurm.harness import (
+    DURATIONS,
+    MEASUREMENTS,
+    Cluster,
+    Scenarios,
+    marked_drivers,
+    start_tier,
+)
 
 NODE_CPUS = 16  # more than the machine's cores: the scenarios' mostly idle jobs run at once
 _started: dict[str, float] = {}
@@ -30,12 +36,7 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]
     """A running single-node SLURM; skipped (failed in CI) where the daemons cannot run."""
     base = tmp_path_factory.mktemp("slurm")  # short enough for munged's socket path
     _started["t"] = time.monotonic()
-    try:
-        cluster = Cluster.start(base, cpus=NODE_CPUS)
-    except ClusterUnavailable as exc:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"the SLURM tier must run in CI (CI=true), but: {exc}", pytrace=False)
-        pytest.skip(f"SLURM tier skipped: {exc}")
+    cluster = start_tier(base, "SLURM tier", cpus=NODE_CPUS)
     _started["start_s"] = cluster.start_s
     try:
         yield cluster
@@ -50,12 +51,7 @@ def scenarios(
 ) -> Iterator[Scenarios]:
     """Starts the scenario of every selected test now, so their jobs run concurrently."""
     runner = Scenarios(slurm_cluster, tmp_path_factory.mktemp("scenarios"))
-    drivers = [
-        item.function.slurm_scenario  # type: ignore[attr-defined]
-        for item in request.session.items
-        if hasattr(getattr(item, "function", None), "slurm_scenario")
-    ]
-    runner.start(drivers)
+    runner.start(marked_drivers(request.session, "slurm_scenario"))
     try:
         yield runner
     finally:

@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from ckptdash.events import Event
 from ckptdash.tail import RunTailer
 
@@ -166,6 +168,26 @@ class Cluster:
             return None
         state, _, reason = out.splitlines()[0].partition("|")
         return state, reason
+
+
+def start_tier(base: Path, tier: str, **options: Any) -> Cluster:
+    """``Cluster.start(base, **options)`` for a test tier: where the daemons cannot run, the
+    tier is skipped saying why and how to enable it — or fails, with CI=true."""
+    try:
+        return Cluster.start(base, **options)
+    except ClusterUnavailable as exc:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"the SLURM tier must run in CI (CI=true), but: {exc}", pytrace=False)
+        pytest.skip(f"{tier} skipped: {exc}")
+
+
+def marked_drivers(session: pytest.Session, mark: str) -> list[Driver]:
+    """The scenario drivers of the selected tests, as ``mark`` (an attribute) names them."""
+    return [
+        getattr(item.function, mark)  # type: ignore[attr-defined]
+        for item in session.items
+        if hasattr(getattr(item, "function", None), mark)
+    ]
 
 
 def wait_for(

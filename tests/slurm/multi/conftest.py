@@ -10,22 +10,14 @@ up, all at once; each test asserts on its scenario's observations.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.slurm.harness import (
-    Cluster,
-    ClusterUnavailable,
-    Driver,
-    Scenarios,
-)
+from tests.slurm.harness import Cluster, Driver, Scenarios, marked_drivers, start_tier
 
-HERE = Path(__file__).resolve().parent
 NODES = 3
 NODE_CPUS = 8
 MEASUREMENTS: list[tuple[str, dict[str, float]]] = []
@@ -48,12 +40,7 @@ def multi_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]
     """A running 3-node SLURM; skipped (failed in CI) where it cannot run."""
     base = tmp_path_factory.mktemp("slurm-multi")
     began = time.monotonic()
-    try:
-        cluster = Cluster.start(base, cpus=NODE_CPUS, nodes=NODES)
-    except ClusterUnavailable as exc:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"the SLURM tier must run in CI (CI=true), but: {exc}", pytrace=False)
-        pytest.skip(f"multi-node SLURM tier skipped: {exc}")
+    cluster = start_tier(base, "multi-node SLURM tier", cpus=NODE_CPUS, nodes=NODES)
     try:
         yield cluster
     finally:
@@ -70,12 +57,7 @@ def multi_scenarios(
 ) -> Iterator[Scenarios]:
     """Starts the scenario of every selected multi-node test now, so they run concurrently."""
     runner = Scenarios(multi_cluster, tmp_path_factory.mktemp("multi-scenarios"))
-    drivers = [
-        item.function.slurm_multi_scenario  # type: ignore[attr-defined]
-        for item in request.session.items
-        if hasattr(getattr(item, "function", None), "slurm_multi_scenario")
-    ]
-    runner.start(drivers)
+    runner.start(marked_drivers(request.session, "slurm_multi_scenario"))
     try:
         yield runner
     finally:
