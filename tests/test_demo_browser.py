@@ -20,15 +20,12 @@ from pathlib import Path
 
 import pytest
 
-from ckptdash._dev.testing import HOW_TO_GET_CHROMIUM, chromium_path, launch_chromium
+from ckptdash._dev.testing import launch_chromium, require_chromium
 from ckptdash.resume import load_state
 
 pytestmark = pytest.mark.ui
 
-if chromium_path() is None:
-    if os.environ.get("CI") == "true":
-        raise RuntimeError(f"CI=true but no chromium: {HOW_TO_GET_CHROMIUM}")
-    pytest.skip(f"no chromium; {HOW_TO_GET_CHROMIUM}", allow_module_level=True)
+require_chromium()
 
 from playwright.sync_api import expect, sync_playwright  # noqa: E402
 

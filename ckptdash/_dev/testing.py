@@ -60,6 +60,18 @@ def chromium_path() -> str | None:
     return default if os.access(default, os.X_OK) else None
 
 
+def require_chromium() -> None:
+    """Skip the calling test module (or fixture) when there is no chromium, saying how to
+    install it; with CI=true raise instead: the browser tests must run there."""
+    if chromium_path() is not None:
+        return
+    if os.environ.get("CI") == "true":
+        raise RuntimeError(f"CI=true but no chromium: {HOW_TO_GET_CHROMIUM}")
+    import pytest
+
+    pytest.skip(f"no chromium; {HOW_TO_GET_CHROMIUM}", allow_module_level=True)
+
+
 def launch_chromium(playwright: Any) -> Any:
     """A headless chromium browser driven by ``playwright`` (sync API)."""
     path = chromium_path()

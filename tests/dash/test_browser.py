@@ -19,22 +19,13 @@ from urllib.parse import urlparse
 import pytest
 
 from ckptdash import control, events
-from ckptdash._dev.testing import (
-    HOW_TO_GET_CHROMIUM,
-    FakeTrainer,
-    ServeProcess,
-    chromium_path,
-    launch_chromium,
-)
+from ckptdash._dev.testing import FakeTrainer, ServeProcess, launch_chromium, require_chromium
 
 pytestmark = pytest.mark.ui
 WaitUntil = Callable[..., None]
 LOCAL_HOSTS = {"127.0.0.1", "localhost"}
 
-if chromium_path() is None:
-    if os.environ.get("CI") == "true":
-        raise RuntimeError(f"CI=true but no chromium: {HOW_TO_GET_CHROMIUM}")
-    pytest.skip(f"no chromium; {HOW_TO_GET_CHROMIUM}", allow_module_level=True)
+require_chromium()
 
 from playwright.sync_api import Page, expect, sync_playwright  # noqa: E402
 

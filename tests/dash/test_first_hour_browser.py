@@ -7,7 +7,6 @@ Without chromium these tests skip, saying how to install it; in CI (CI=true) the
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,20 +14,11 @@ from typing import Any
 
 import pytest
 
-from ckptdash._dev.testing import (
-    HOW_TO_GET_CHROMIUM,
-    FakeTrainer,
-    ServeProcess,
-    chromium_path,
-    launch_chromium,
-)
+from ckptdash._dev.testing import FakeTrainer, ServeProcess, launch_chromium, require_chromium
 
 pytestmark = pytest.mark.ui
 
-if chromium_path() is None:
-    if os.environ.get("CI") == "true":
-        raise RuntimeError(f"CI=true but no chromium: {HOW_TO_GET_CHROMIUM}")
-    pytest.skip(f"no chromium; {HOW_TO_GET_CHROMIUM}", allow_module_level=True)
+require_chromium()
 
 from playwright.sync_api import expect, sync_playwright  # noqa: E402
 

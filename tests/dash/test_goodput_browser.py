@@ -7,7 +7,6 @@ Without chromium these tests skip, saying how to install it; in CI (CI=true) the
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -16,16 +15,13 @@ import pytest
 
 from ckptdash import control
 from ckptdash._dev.sample import write_sample_run
-from ckptdash._dev.testing import HOW_TO_GET_CHROMIUM, ServeProcess, chromium_path, launch_chromium
+from ckptdash._dev.testing import ServeProcess, launch_chromium, require_chromium
 from ckptdash.dash.metrics_plot import PLOT_NAME
 from ckptdash.resume import load_state
 
 pytestmark = pytest.mark.ui
 
-if chromium_path() is None:
-    if os.environ.get("CI") == "true":
-        raise RuntimeError(f"CI=true but no chromium: {HOW_TO_GET_CHROMIUM}")
-    pytest.skip(f"no chromium; {HOW_TO_GET_CHROMIUM}", allow_module_level=True)
+require_chromium()
 
 from playwright.sync_api import Page, expect, sync_playwright  # noqa: E402
 

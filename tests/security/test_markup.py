@@ -7,7 +7,6 @@ Without chromium these tests skip, saying how to install it; in CI (CI=true) the
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -16,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from ckptdash._dev.testing import HOW_TO_GET_CHROMIUM, ServeProcess, chromium_path, page_text
+from ckptdash._dev.testing import ServeProcess, launch_chromium, page_text, require_chromium
 from tests.security.hostile import FOLDER_PAYLOAD, PAYLOADS, write_hostile_run
 
 pytestmark = pytest.mark.ui
@@ -24,14 +23,9 @@ WaitUntil = Callable[..., None]
 REPO = Path(__file__).resolve().parents[2]
 SHOWN = (*PAYLOADS[:4], FOLDER_PAYLOAD)  # the fifth holds line separators a page reflows
 
-if chromium_path() is None:
-    if os.environ.get("CI") == "true":
-        raise RuntimeError(f"CI=true but no chromium: {HOW_TO_GET_CHROMIUM}")
-    pytest.skip(f"no chromium; {HOW_TO_GET_CHROMIUM}", allow_module_level=True)
+require_chromium()
 
 from playwright.sync_api import sync_playwright  # noqa: E402
-
-from ckptdash._dev.testing import launch_chromium  # noqa: E402
 
 # Elements anywhere in the page (shadow roots included) carrying a payload in an attribute
 # that can act: an event handler, a link or source (javascript:), an injected image, svg,

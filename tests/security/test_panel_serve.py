@@ -8,7 +8,6 @@ page acts, and the command it writes names that user.
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import sys
@@ -19,7 +18,7 @@ from typing import Any
 import pytest
 
 from ckptdash import control
-from ckptdash._dev.testing import HOW_TO_GET_CHROMIUM, FakeTrainer, chromium_path, launch_chromium
+from ckptdash._dev.testing import FakeTrainer, launch_chromium, require_chromium
 from ckptdash.dash.access import PANEL_SERVE_NO_LOGIN, panel_serve_lock
 
 REPO = Path(__file__).resolve().parents[2]
@@ -41,10 +40,7 @@ def test_the_lock_opens_only_for_a_logged_in_user() -> None:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    if chromium_path() is None:
-        if os.environ.get("CI") == "true":
-            raise RuntimeError(f"CI=true but no chromium: {HOW_TO_GET_CHROMIUM}")
-        pytest.skip(f"no chromium; {HOW_TO_GET_CHROMIUM}")
+    require_chromium()
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
