@@ -11,7 +11,7 @@ from typing import Annotated, ClassVar, Final, TypeAlias, get_args
 import msgspec
 
 from ckptdash.errors import EventValidationError, MalformedControlFile
-from ckptdash.format_fields import FORMAT_VERSION, NonNegFloat, encoder
+from ckptdash.events.fields import FORMAT_VERSION, NonNegFloat, encoder
 
 # --- commands (dashboard/CLI -> training) ----------------------------------------------------
 

@@ -10,7 +10,7 @@ from typing import ClassVar, Final, TypeAlias, get_args
 
 import msgspec
 
-from ckptdash.format_fields import (
+from ckptdash.events.fields import (
     FORMAT_VERSION,
     NonEmptyStr,
     NonNegFloat,

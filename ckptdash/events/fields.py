@@ -2,7 +2,7 @@
 
 They hold what a line may carry whatever its kind: the format version, the save triggers,
 and the bounds of numbers and times, so :mod:`ckptdash.events` and
-:mod:`ckptdash.control_schema` agree on them without importing each other.
+:mod:`ckptdash.events.commands` agree on them without importing each other.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The run-directory contract: event records, commands and settings.
 
 This module is the only thing the training side and the dashboard share. It and the
-modules it gathers (:mod:`ckptdash.event_schema` the records, :mod:`ckptdash.control_schema`
-the commands and settings, :mod:`ckptdash.format_fields` the field types) import nothing
+modules it gathers (:mod:`ckptdash.events.schema` the records, :mod:`ckptdash.events.commands`
+the commands and settings, :mod:`ckptdash.events.fields` the field types) import nothing
 else of ckptdash except the exceptions, so another tool can copy its ideas (or read
 ``docs/format.md``) and speak the same format. Import every name from here.
 
@@ -24,7 +24,8 @@ from typing import Any, Final, Literal
 
 import msgspec
 
-from ckptdash.control_schema import (
+from ckptdash.errors import EventValidationError
+from ckptdash.events.commands import (
     COMMAND_TYPES,
     COMMANDS,
     AnyCommand,
@@ -37,8 +38,19 @@ from ckptdash.control_schema import (
     encode_command,
     encode_settings,
 )
-from ckptdash.errors import EventValidationError
-from ckptdash.event_schema import (
+from ckptdash.events.fields import (
+    FORMAT_VERSION,
+    MAX_INT,
+    MAX_TIME,
+    TRIGGERS,
+    NonEmptyStr,
+    NonNegFloat,
+    NonNegInt,
+    Seconds,
+    Trigger,
+)
+from ckptdash.events.fields import encoder as _encoder
+from ckptdash.events.schema import (
     EMPTY_METRICS,
     EVENT_TYPES,
     KINDS,
@@ -70,18 +82,6 @@ from ckptdash.event_schema import (
     RunStarted,
     SignalReceived,
 )
-from ckptdash.format_fields import (
-    FORMAT_VERSION,
-    MAX_INT,
-    MAX_TIME,
-    TRIGGERS,
-    NonEmptyStr,
-    NonNegFloat,
-    NonNegInt,
-    Seconds,
-    Trigger,
-)
-from ckptdash.format_fields import encoder as _encoder
 
 __all__ = [
     "CHECKPOINT_EVENTS",
