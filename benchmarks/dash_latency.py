@@ -38,7 +38,7 @@ from ckptdash._dev.testing import (
     chromium_path,
     launch_chromium,
 )
-from ckptdash.writer import EventWriter
+from ckptdash.rundir.writer import EventWriter
 
 GOAL_P95_S = 0.300
 

@@ -1,10 +1,10 @@
 """Validating a directory checkpoint: every file hashed against its manifest, pages cached.
 
 A directory of 8 files (1 GiB in all; 256 MiB with ``--quick``) is written once and
-published with its manifest (:func:`ckptdash.manifest.write`), then read until its
+published with its manifest (:func:`ckptdash.rundir.manifest.write`), then read until its
 pages are cached. Taking turns, the baseline reads every file once on one thread
 (``readinto`` a 4 MiB buffer: the least any validation must do) and ckptdash runs
-:func:`ckptdash.manifest.verify` (sizes, then XXH3 of every file on several threads).
+:func:`ckptdash.rundir.manifest.verify` (sizes, then XXH3 of every file on several threads).
 Goal: validation at ≥ 2 GB/s. The ratio is ckptdash's time ÷ the plain read's.
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from timing import Row, interleave, median, paired, spread
 
-from ckptdash import manifest
+from ckptdash.rundir import manifest
 
 FILES = 8
 GOAL_GBPS = 2.0

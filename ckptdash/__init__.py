@@ -17,7 +17,7 @@ move between releases):
 :func:`dashboard` is imported on first use so that importing ckptdash never imports Panel.
 
 Not in ``__all__``, though importable here as before: ``RunDir`` and ``atomic_write``
-(home :mod:`ckptdash.rundir`) and ``EventWriter`` (home :mod:`ckptdash.writer`). Every
+(home :mod:`ckptdash.rundir`) and ``EventWriter`` (home :mod:`ckptdash.rundir.writer`). Every
 public function takes the run directory as a path, so ``RunDir`` is a layout helper; a file
 saved with ``atomic_write`` is durable but recorded nowhere (no ``checkpoint_saved``, so the
 dashboard and the resume rule never see it: save through :meth:`Monitor.saving`); and the
@@ -41,9 +41,9 @@ from ckptdash.resume import ResumeChoice, choose_resume, resume_path
 # The `X as X` imports stay importable here as before, outside __all__ (see the docstring).
 from ckptdash.rundir import RunDir as RunDir
 from ckptdash.rundir import atomic_write as atomic_write
+from ckptdash.rundir.writer import EventWriter as EventWriter
 from ckptdash.train.config import ConfigError, TrainConfig
 from ckptdash.train.monitor import Monitor
-from ckptdash.writer import EventWriter as EventWriter
 
 if TYPE_CHECKING:
     from ckptdash.dash.app import dashboard

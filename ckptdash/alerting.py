@@ -41,10 +41,10 @@ from ckptdash.errors import CkptDashError
 from ckptdash.events import ActionTaken, AlertCleared, AlertRaised
 from ckptdash.health import Alert, Thresholds
 from ckptdash.rundir import RunDir
+from ckptdash.rundir.writer import EventWriter
 from ckptdash.state import RunState
 from ckptdash.tail import FolderTailer
 from ckptdash.terminal import one_line
-from ckptdash.writer import EventWriter
 
 ACTIONS: Final = {"hung": ("requeue", "cancel"), "restart_storm": ("hold",)}
 """Which action each alert may trigger (``--on ALERT=ACTION``)."""

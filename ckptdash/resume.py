@@ -9,7 +9,7 @@
 A candidate is valid when its file still exists, its size matches the
 ``checkpoint_saved`` event, and (in ``checksum`` mode) its checksum matches.
 A directory checkpoint is valid when its manifest matches the recorded digest
-and every file it lists is there, unchanged (see :mod:`ckptdash.manifest`).
+and every file it lists is there, unchanged (see :mod:`ckptdash.rundir.manifest`).
 Every candidate that fails is reported with the reason. Validation reads
 bytes; it never unpickles anything.
 """
@@ -22,11 +22,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
-from ckptdash import control, manifest
+from ckptdash import control
 from ckptdash.errors import CkptDashError
-from ckptdash.hashing import checksum_file
 from ckptdash.records import CheckpointInfo
-from ckptdash.rundir import RUN_FILE, RunDir
+from ckptdash.rundir import RUN_FILE, RunDir, manifest
+from ckptdash.rundir.hashing import checksum_file
 from ckptdash.state import RunState
 from ckptdash.tail import RunTailer
 
@@ -77,7 +77,7 @@ def check_checkpoint(info: CheckpointInfo, validate: ValidateMode = "checksum") 
 
 def _check_directory(path: Path, info: CheckpointInfo, validate: ValidateMode) -> str | None:
     """A directory checkpoint: every file against the manifest inside it (see
-    :mod:`ckptdash.manifest`). A record from before manifests (empty checksum) and a
+    :mod:`ckptdash.rundir.manifest`). A record from before manifests (empty checksum) and a
     directory without one are checked by total size, as they were then."""
     if info.checksum or (path / manifest.MANIFEST_NAME).exists():
         return manifest.verify(

@@ -20,7 +20,7 @@ from ckptdash.alerting import Watch, Webhook, act, parse_rules
 from ckptdash.errors import CkptDashError
 from ckptdash.resume import load_state
 from ckptdash.rundir import RunDir
-from ckptdash.writer import EventWriter
+from ckptdash.rundir.writer import EventWriter
 from tests.conftest import WaitUntil
 
 T0 = 1_764_430_000.0

@@ -12,7 +12,7 @@ import pytest
 
 from ckptdash import control, events
 from ckptdash.cli import main
-from ckptdash.writer import EventWriter
+from ckptdash.rundir.writer import EventWriter
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import pytest
 
 from ckptdash import __version__, control, events
 from ckptdash.cli import main
-from ckptdash.writer import EventWriter
+from ckptdash.rundir.writer import EventWriter
 
 
 def _run(root: Path, *, steps: int = 40, finish: bool = True, t: float | None = None) -> Path:

@@ -20,10 +20,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from ckptdash import direct_io
-from ckptdash.direct_io import DirectFile
-from ckptdash.hashing import checksum_file
-from ckptdash.rundir import atomic_write
+from ckptdash.rundir import atomic_write, direct_io
+from ckptdash.rundir.direct_io import DirectFile
+from ckptdash.rundir.hashing import checksum_file
 
 BOUNCE = 64 << 10  # a small bounce buffer, so that a few hundred KiB cross many of them
 

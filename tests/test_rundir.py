@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from ckptdash.errors import AtomicWriteError, RunDirError
-from ckptdash.hashing import checksum_file
 from ckptdash.rundir import RunDir, atomic_write, create_exclusive, find_runs
+from ckptdash.rundir.hashing import checksum_file
 
 
 def test_atomic_write_reports_size_and_checksum_of_what_is_on_disk(tmp_path: Path) -> None:

@@ -39,10 +39,10 @@ from ckptdash.events import (
     encode_command,
 )
 from ckptdash.rundir import RunDir
+from ckptdash.rundir.writer import EventWriter
 from ckptdash.state import RunState
 from ckptdash.state_series import SERIES_POINTS
 from ckptdash.tail import CommandFile, RunTailer, TailBatch
-from ckptdash.writer import EventWriter
 
 T0 = 1_764_430_000.0
 

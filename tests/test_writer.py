@@ -11,7 +11,7 @@ import pytest
 
 from ckptdash import events
 from ckptdash.errors import EventValidationError
-from ckptdash.writer import EventWriter
+from ckptdash.rundir.writer import EventWriter
 
 
 def read_lines(path: Path) -> list[dict[str, object]]:

@@ -1,4 +1,5 @@
-"""A realistic run directory, written with ckptdash's own :class:`~ckptdash.writer.EventWriter`:
+"""A realistic run directory, written with ckptdash's own
+:class:`~ckptdash.rundir.writer.EventWriter`:
 for the README screenshot, the benchmarks and trying the dashboard without a cluster.
 
 Three hours of a SLURM job ending now: attempt 0 is preempted (SIGUSR2, signal
@@ -18,7 +19,7 @@ from typing import Any
 
 from ckptdash import events as ev
 from ckptdash.rundir import RunDir
-from ckptdash.writer import EventWriter
+from ckptdash.rundir.writer import EventWriter
 
 CKPT_BYTES = 1_288_490_188  # 1.2 GiB, written as a sparse file (no disk used)
 

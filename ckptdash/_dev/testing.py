@@ -25,7 +25,7 @@ from typing import Any, Final
 from ckptdash import control
 from ckptdash import events as ev
 from ckptdash.rundir import RunDir, atomic_write
-from ckptdash.writer import EventWriter
+from ckptdash.rundir.writer import EventWriter
 
 CHROMIUM_ARGS: Final = [
     "--no-sandbox",

@@ -29,7 +29,7 @@ from ckptdash.events import AnomalyDetected
 from ckptdash.records import CheckpointInfo
 from ckptdash.resume import ValidateMode, check_checkpoint, load_state
 from ckptdash.rundir import RunDir
-from ckptdash.writer import EventWriter
+from ckptdash.rundir.writer import EventWriter
 
 AnomalyAction = Literal["record", "stop", "rollback"]
 ANOMALY_ACTIONS: Final[tuple[str, ...]] = ("record", "stop", "rollback")

@@ -9,7 +9,7 @@ the fsync and the rename take (seconds per GB). Here that stall shrinks to one m
    returns, the caller may change its tensors: the save holds a snapshot.
 2. **persist** (a background thread): the staged copy is written with the same atomic,
    checksummed, fsync'ed write as a synchronous save, around the page cache where the
-   filesystem allows it (:mod:`ckptdash.direct_io`: the CPU a buffered write spends is
+   filesystem allows it (:mod:`ckptdash.rundir.direct_io`: the CPU a buffered write spends is
    taken from training on busy cores), then ``checkpoint_saved`` is recorded with
    ``blocking_s`` (the stall) beside ``duration_s`` (call to durable).
 
@@ -41,8 +41,8 @@ from typing import Any
 
 from ckptdash.events import CheckpointFailed, CheckpointSaved, CheckpointStarted, Trigger
 from ckptdash.rundir import atomic_write
+from ckptdash.rundir.writer import EventWriter
 from ckptdash.train.saving import record_save, torch_writer
-from ckptdash.writer import EventWriter
 
 # The persist threads' niceness (see _yield_cpu), the lowest: on a GPU node, where cores are
 # mostly idle, niceness costs the persist nothing; where training keeps every core busy (CPU
@@ -238,7 +238,7 @@ class AsyncSaver:
 
     ``max_in_flight`` is how many staged copies may wait for or be in their persist at once
     (each one a staging area as large as the state). ``direct_io``: persists write around
-    the page cache where the filesystem allows it (:mod:`ckptdash.direct_io`).
+    the page cache where the filesystem allows it (:mod:`ckptdash.rundir.direct_io`).
     """
 
     def __init__(self, *, max_in_flight: int = 1, direct_io: bool = True) -> None:

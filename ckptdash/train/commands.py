@@ -16,7 +16,7 @@ from ckptdash import control
 from ckptdash.errors import CkptDashError
 from ckptdash.events import CommandExpired, CommandReceived, CommandRejected, ControlFailed
 from ckptdash.rundir import RunDir
-from ckptdash.writer import EventWriter
+from ckptdash.rundir.writer import EventWriter
 
 
 class Commands:

@@ -230,7 +230,7 @@ class Monitor:
         directory, then publishes it atomically onto ``path`` and records it.
 
         On leaving the block every file is fsync'ed, a directory gets a manifest of its
-        files (:mod:`ckptdash.manifest`), and the result is renamed onto ``path``. An
+        files (:mod:`ckptdash.rundir.manifest`), and the result is renamed onto ``path``. An
         exception inside publishes nothing and records ``checkpoint_failed``. Every rank
         must enter the block (it agrees on one temp name, and the lead rank publishes
         only once every rank's writing returned), so ranks may write shards into it::

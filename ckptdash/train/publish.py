@@ -21,10 +21,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ckptdash import manifest
 from ckptdash.errors import SaveError
 from ckptdash.events import CheckpointFailed, CheckpointSaved, CheckpointStarted, Trigger
-from ckptdash.rundir import fsync_dir, temp_path_for
+from ckptdash.rundir import fsync_dir, manifest, temp_path_for
 from ckptdash.train import dist
 from ckptdash.train.session import Session
 

@@ -50,9 +50,9 @@ from ckptdash.events import (
     CommandRejected,
 )
 from ckptdash.rundir import TEMP_PREFIX, RunDir
+from ckptdash.rundir.writer import EventWriter
 from ckptdash.train.logview import LogView
 from ckptdash.train.process import process_alive
-from ckptdash.writer import EventWriter
 
 _ANSWERED: Final = frozenset({"applied", "rejected", "expired"})
 

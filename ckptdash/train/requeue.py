@@ -11,9 +11,9 @@ from __future__ import annotations
 from ckptdash import control
 from ckptdash.events import RequeueIssued, RequeueSkipped
 from ckptdash.rundir import RunDir
+from ckptdash.rundir.writer import EventWriter
 from ckptdash.train.config import TrainConfig
 from ckptdash.train.scheduler import Scheduler
-from ckptdash.writer import EventWriter
 
 
 def requeue(

@@ -11,8 +11,8 @@ from ckptdash.errors import CheckpointChoiceError
 from ckptdash.events import CheckpointInvalid
 from ckptdash.resume import ResumeChoice, ValidateMode, choose_resume, judge_given
 from ckptdash.rundir import RunDir
+from ckptdash.rundir.writer import EventWriter
 from ckptdash.train import dist
-from ckptdash.writer import EventWriter
 
 
 def choose(run: RunDir, lead: EventWriter | None, *, validate: ValidateMode) -> ResumeChoice:

@@ -14,12 +14,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-from ckptdash import manifest
 from ckptdash.errors import EventWriteError
 from ckptdash.events import CheckpointFailed, CheckpointSaved, CheckpointStarted, Trigger
-from ckptdash.hashing import checksum_file
-from ckptdash.rundir import atomic_write, fsync_dir
-from ckptdash.writer import EventWriter
+from ckptdash.rundir import atomic_write, fsync_dir, manifest
+from ckptdash.rundir.hashing import checksum_file
+from ckptdash.rundir.writer import EventWriter
 
 META_KEY = "ckptdash"
 
@@ -127,7 +126,7 @@ def durable_existing(path: str | os.PathLike[str]) -> tuple[int, str]:
 
     Used when a custom CheckpointIO did the writing: the checksum needs one read.
     A sharded checkpoint (a directory) gets a manifest of every file written into it
-    (:mod:`ckptdash.manifest`); its size is the files' total, its checksum the manifest's.
+    (:mod:`ckptdash.rundir.manifest`); its size is the files' total, its checksum the manifest's.
     """
     p = Path(path)
     if p.is_dir():

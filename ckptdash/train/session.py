@@ -47,6 +47,7 @@ from ckptdash.events import (
 )
 from ckptdash.resume import ResumeChoice
 from ckptdash.rundir import RunDir
+from ckptdash.rundir.writer import EventWriter
 from ckptdash.train import anomaly, dist, requeue, resuming
 from ckptdash.train.announce import announcement
 from ckptdash.train.attempts import attempt_number
@@ -58,7 +59,6 @@ from ckptdash.train.recovery import recover
 from ckptdash.train.scheduler import Scheduler, detect
 from ckptdash.train.signals import SignalRecorder
 from ckptdash.train.watchdog import Pulser
-from ckptdash.writer import EventWriter
 
 SIGNAL_STOPS: list[str] = []
 """Why each signal stop in this process stopped training (``preempted``, ``terminated``): a

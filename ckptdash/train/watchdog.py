@@ -21,8 +21,8 @@ import warnings
 from collections.abc import Callable
 
 from ckptdash.events import AlertCleared, AlertRaised, Pulse
+from ckptdash.rundir.writer import EventWriter
 from ckptdash.train.ticker import Ticker
-from ckptdash.writer import EventWriter
 
 
 class Pulser:

@@ -15,8 +15,8 @@ from ckptdash import events
 from ckptdash.dash.hub import WatcherHub
 from ckptdash.dash.snapshot import FolderSnapshot, SnapshotBuilder
 from ckptdash.events import Event
+from ckptdash.rundir.writer import EventWriter
 from ckptdash.state import RunState
-from ckptdash.writer import EventWriter
 
 T0 = 1_764_430_000.0
 

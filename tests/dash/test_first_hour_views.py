@@ -18,7 +18,7 @@ from ckptdash.dash.model import DashModel
 from ckptdash.dash.table import CheckpointTable
 from ckptdash.dash.timeline import Timeline
 from ckptdash.dash.views import render_commands
-from ckptdash.writer import EventWriter
+from ckptdash.rundir.writer import EventWriter
 from tests.dash.conftest import T0, Scenario, ev, saved
 
 WaitUntil = Callable[..., None]

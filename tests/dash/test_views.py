@@ -20,7 +20,7 @@ from ckptdash.dash.views import render_commands
 from ckptdash.dash.widgets import button_label
 from ckptdash.errors import ControlError
 from ckptdash.resume import choose_resume
-from ckptdash.writer import EventWriter
+from ckptdash.rundir.writer import EventWriter
 from tests.dash.conftest import T0, Scenario, ev, preempted_run, saved
 
 WaitUntil = Callable[..., None]

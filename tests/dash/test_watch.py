@@ -13,7 +13,7 @@ from ckptdash import control, events
 from ckptdash.dash import mounts
 from ckptdash.dash.snapshot import FolderSnapshot
 from ckptdash.dash.watch import RunWatcher
-from ckptdash.writer import EventWriter
+from ckptdash.rundir.writer import EventWriter
 
 WaitUntil = Callable[..., None]
 

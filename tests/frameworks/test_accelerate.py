@@ -18,8 +18,8 @@ from accelerate.utils import ProjectConfiguration
 
 import ckptdash
 import ckptdash.accelerate
-from ckptdash import manifest
 from ckptdash.resume import choose_resume, load_state
+from ckptdash.rundir import manifest
 from tests.frameworks.launch import torchrun2
 
 pytestmark = pytest.mark.integration

@@ -11,8 +11,8 @@ import torch.distributed.checkpoint as dcp
 
 import ckptdash
 import ckptdash.dcp
-from ckptdash import manifest
 from ckptdash.resume import choose_resume, load_state
+from ckptdash.rundir import manifest
 from tests.frameworks.launch import torchrun2
 
 pytestmark = [

@@ -20,10 +20,11 @@ require("transformers")
 from transformers import TrainerCallback
 
 import ckptdash
-from ckptdash import control, manifest
+from ckptdash import control
 from ckptdash.events import decode_metrics
 from ckptdash.hf import CkptDashCallback
 from ckptdash.resume import load_state
+from ckptdash.rundir import manifest
 from tests.frameworks.hf_tiny import trainer
 from tests.frameworks.launch import torchrun2
 from tests.train.helpers import fake_scontrol, slurm_env

@@ -21,7 +21,7 @@ from ckptdash import Monitor, control, resume_path
 from ckptdash.cli import main as cli
 from ckptdash.errors import AtomicWriteError, EventWriteError, RunDirError
 from ckptdash.events import CheckpointFailed, CommandRejected, Heartbeat, RunStarted
-from ckptdash.writer import EventWriter
+from ckptdash.rundir.writer import EventWriter
 from tests.reliability import faults
 
 

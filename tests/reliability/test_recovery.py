@@ -21,7 +21,7 @@ from ckptdash.events import (
     RunStarted,
 )
 from ckptdash.rundir import TEMP_PREFIX, RunDir
-from ckptdash.writer import EventWriter
+from ckptdash.rundir.writer import EventWriter
 from tests.reliability import faults
 
 DEAD_PID = 2**22 + 12345  # above the default pid_max: no process has it

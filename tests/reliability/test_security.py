@@ -17,9 +17,9 @@ import torch
 from ckptdash import Monitor, choose_resume, control, resume_path
 from ckptdash.cli import main as cli
 from ckptdash.events import CheckpointSaved, CommandRejected
-from ckptdash.hashing import checksum_file
 from ckptdash.rundir import RunDir
-from ckptdash.writer import EventWriter
+from ckptdash.rundir.hashing import checksum_file
+from ckptdash.rundir.writer import EventWriter
 from tests.reliability import faults
 
 

@@ -29,10 +29,10 @@ from ckptdash.events import (
     RunStarted,
 )
 from ckptdash.rundir import RunDir
+from ckptdash.rundir.writer import EventWriter
 from ckptdash.train.guard import RunGuard
 from ckptdash.train.scheduler import SlurmScheduler
 from ckptdash.train.session import Session
-from ckptdash.writer import EventWriter
 from tests.reliability import faults
 from tests.reliability.conftest import scale
 

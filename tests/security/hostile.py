@@ -12,7 +12,7 @@ from typing import Any, Final
 
 from ckptdash import control
 from ckptdash import events as ev
-from ckptdash.writer import EventWriter
+from ckptdash.rundir.writer import EventWriter
 
 MARK: Final = "PWN"
 PAYLOADS: Final = (

@@ -13,9 +13,9 @@ from ckptdash import Monitor, choose_resume, control
 from ckptdash.cli import main as cli
 from ckptdash.dash.watch import RunWatcher
 from ckptdash.events import CheckpointSaved, encode
-from ckptdash.hashing import checksum_file
 from ckptdash.resume import load_state
 from ckptdash.rundir import RunDir
+from ckptdash.rundir.hashing import checksum_file
 from ckptdash.tail import RunTailer
 
 

@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 from ckptdash import events as ev
+from ckptdash.rundir.writer import EventWriter
 from ckptdash.terminal import printable
-from ckptdash.writer import EventWriter
 
 CONTROL = (
     "\x1b[2J\x1b[H",  # clear the screen, cursor home

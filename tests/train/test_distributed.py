@@ -23,8 +23,9 @@ from typing import Any
 import pytest
 import torch
 
-from ckptdash import control, manifest
+from ckptdash import control
 from ckptdash.resume import check_checkpoint, load_state
+from ckptdash.rundir import manifest
 from ckptdash.state import RunState
 from tests.conftest import WaitUntil
 from tests.train.helpers import fake_scontrol, slurm_env

@@ -12,9 +12,10 @@ import pytest
 import torch
 
 import ckptdash
-from ckptdash import control, manifest
+from ckptdash import control
 from ckptdash.errors import SaveError
 from ckptdash.resume import choose_resume, load_state
+from ckptdash.rundir import manifest
 
 FAST = {"agree_interval_s": 1e-6, "poll_interval_s": 1e-6, "install_signals": False}
 

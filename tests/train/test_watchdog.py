@@ -6,10 +6,10 @@ from pathlib import Path
 
 from ckptdash.resume import load_state
 from ckptdash.rundir import RunDir
+from ckptdash.rundir.writer import EventWriter
 from ckptdash.train.config import TrainConfig
 from ckptdash.train.session import Session
 from ckptdash.train.watchdog import Pulser
-from ckptdash.writer import EventWriter
 from tests.conftest import WaitUntil
 
 

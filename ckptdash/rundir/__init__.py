@@ -31,9 +31,9 @@ from typing import IO, Final
 
 import msgspec
 
-from ckptdash.direct_io import DirectFile
 from ckptdash.errors import AtomicWriteError, RunDirError
-from ckptdash.hashing import HashingWriter
+from ckptdash.rundir.direct_io import DirectFile
+from ckptdash.rundir.hashing import HashingWriter
 
 RUN_FILE: Final = "run.json"
 EVENTS_DIR: Final = "events"
@@ -102,7 +102,7 @@ def atomic_write(
     fsync'ed. The checksum is computed while writing.
 
     ``direct``: write around the page cache where the filesystem allows it
-    (:mod:`ckptdash.direct_io`; the same bytes, far less CPU for a large file).
+    (:mod:`ckptdash.rundir.direct_io`; the same bytes, far less CPU for a large file).
 
     >>> atomic_write("run/control/settings.json", b"{}\\n")  # doctest: +SKIP
     """

@@ -27,8 +27,8 @@ from typing import Final
 import msgspec
 import xxhash
 
-from ckptdash.hashing import CHECKSUM_ALGO
 from ckptdash.rundir import TEMP_PREFIX, atomic_write, fsync_dir
+from ckptdash.rundir.hashing import CHECKSUM_ALGO
 
 MANIFEST_NAME: Final = ".ckptdash-manifest.json"
 _CHUNK: Final = 4 << 20
