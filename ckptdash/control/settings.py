@@ -20,7 +20,7 @@ from typing import Final
 
 import msgspec
 
-from ckptdash.control_files import (
+from ckptdash.control.files import (
     FILE_MODE,
     PathArg,
     existing_run,

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from ckptdash.control_files import (
+from ckptdash.control.files import (
     FILE_MODE,
     MAX_CONTROL_FILE_BYTES,
     PathArg,
@@ -59,6 +59,7 @@ from ckptdash.control_files import (
     run_of,
     user_at_host,
 )
+from ckptdash.control.settings import SETTINGS_LOCK, UNSET, read_settings, update_settings
 from ckptdash.errors import ControlError, MalformedControlFile
 from ckptdash.events import (
     COMMAND_TYPES,
@@ -68,7 +69,6 @@ from ckptdash.events import (
     encode_command,
 )
 from ckptdash.rundir import create_exclusive, fsync_dir, is_temp_file
-from ckptdash.settings import SETTINGS_LOCK, UNSET, read_settings, update_settings
 
 # The settings and the files' limits live in their own modules; this one is the channel's
 # public face (docs/format.md names it for commands and settings), so it re-exports them.

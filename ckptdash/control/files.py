@@ -1,6 +1,6 @@
 """What the control channel's files share: their size limit, mode and safe reading.
 
-Used by :mod:`ckptdash.control` (commands) and :mod:`ckptdash.settings` (the settings file);
+Used by :mod:`ckptdash.control` (commands) and :mod:`ckptdash.control.settings` (the settings file);
 nothing here knows what a command or a setting means.
 """
 
