@@ -41,9 +41,9 @@ from ckptdash.events import (
     decode_lines,
 )
 from ckptdash.rundir import EVENT_SUFFIX, RunDir, find_runs, is_temp_file
-from ckptdash.tail_batch import LOCATIONS, CommandFile, Location, TailBatch
-from ckptdash.tail_commands import CommandWatcher
-from ckptdash.tail_vouch import VOUCHED, decode_vouched, disagreement, first_run_id, foreign
+from ckptdash.tail.batch import LOCATIONS, CommandFile, Location, TailBatch
+from ckptdash.tail.commands import CommandWatcher
+from ckptdash.tail.vouch import VOUCHED, decode_vouched, disagreement, first_run_id, foreign
 
 # The records a poll returns live in tail_batch, the command folders' watcher in
 # tail_commands; this module is the public face, so they are importable from here.

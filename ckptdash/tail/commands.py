@@ -17,7 +17,7 @@ from ckptdash.control import COMMAND_SUFFIX, is_not_a_command, read_command, saf
 from ckptdash.errors import MalformedControlFile, UnreadableControlFile
 from ckptdash.events import Command
 from ckptdash.rundir import RunDir
-from ckptdash.tail_batch import LOCATIONS, CommandFile, Location, TailBatch
+from ckptdash.tail.batch import LOCATIONS, CommandFile, Location, TailBatch
 
 Report: TypeAlias = Callable[[str, str, OSError], TailBatch]
 """How the tailer reports an unreadable folder: (file, what failed, the error) -> a batch."""

@@ -13,7 +13,7 @@ import re
 from typing import Final
 
 from ckptdash.events import CHECKPOINT_EVENTS, BadLine, Event, RunResumed, decode_line
-from ckptdash.tail_batch import TailBatch
+from ckptdash.tail.batch import TailBatch
 
 VOUCHED: Final = frozenset({*CHECKPOINT_EVENTS, RunResumed})
 _NAME_RE: Final = re.compile(r"^A(\d{4,})\.R(\d{4,})\.")
