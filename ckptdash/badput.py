@@ -32,8 +32,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ckptdash.records import AttemptInfo, AttemptTimes
 from ckptdash.state import RunState
+from ckptdash.state.records import AttemptInfo, AttemptTimes
 
 CAUSES: Final = ("startup", "saving", "lost_work", "requeue_wait", "other")
 """The badput causes, in the order every output lists them."""

@@ -15,11 +15,11 @@ import msgspec
 
 from ckptdash import control, fmt, health_cli, slurm_admin
 from ckptdash.errors import CkptDashError
-from ckptdash.records import SHOWN_STALE_AFTER_S, AttemptInfo
 from ckptdash.resume import choose_resume, load_state
 from ckptdash.rundir import RunDir, find_runs
 from ckptdash.state import RunState
-from ckptdash.state_checkpoints import checkpoint_order
+from ckptdash.state.checkpoints import checkpoint_order
+from ckptdash.state.records import SHOWN_STALE_AFTER_S, AttemptInfo
 from ckptdash.terminal import one_line
 
 

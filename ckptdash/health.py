@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import TYPE_CHECKING, Any, Final
 
 from ckptdash.errors import ThresholdError as ThresholdError  # also importable from here
-from ckptdash.records import AttemptInfo, CheckpointInfo, RankInfo, SignalInfo
+from ckptdash.state.records import AttemptInfo, CheckpointInfo, RankInfo, SignalInfo
 
 if TYPE_CHECKING:
     from ckptdash.state import RunState

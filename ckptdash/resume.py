@@ -24,10 +24,10 @@ from typing import Literal
 
 from ckptdash import control
 from ckptdash.errors import CkptDashError
-from ckptdash.records import CheckpointInfo
 from ckptdash.rundir import RUN_FILE, RunDir, manifest
 from ckptdash.rundir.hashing import checksum_file
 from ckptdash.state import RunState
+from ckptdash.state.records import CheckpointInfo
 from ckptdash.tail import RunTailer
 
 ValidateMode = Literal["checksum", "size"]

@@ -17,8 +17,8 @@ import pytest
 
 from ckptdash import control, events, slurm_admin
 from ckptdash.cli import main
-from ckptdash.records import AttemptInfo
 from ckptdash.rundir.writer import EventWriter
+from ckptdash.state.records import AttemptInfo
 
 REAL_LINE = (
     "JobId=12 JobName=train UserId=root(0) GroupId=root(0) MCS_label=N/A Priority=0 Nice=0"

@@ -41,7 +41,7 @@ from ckptdash.events import (
 from ckptdash.rundir import RunDir
 from ckptdash.rundir.writer import EventWriter
 from ckptdash.state import RunState
-from ckptdash.state_series import SERIES_POINTS
+from ckptdash.state.series import SERIES_POINTS
 from ckptdash.tail import CommandFile, RunTailer, TailBatch
 
 T0 = 1_764_430_000.0
@@ -451,7 +451,7 @@ def test_state_module_imports_only_the_schema() -> None:
         elif isinstance(node, ast.ImportFrom) and node.module:
             imported.add(node.module)
     ours = {name for name in imported if name.split(".")[0] == "ckptdash"}
-    assert ours == {"ckptdash", "ckptdash.events", "ckptdash.records"}
+    assert ours == {"ckptdash", "ckptdash.events", "ckptdash.state.records"}
     others = {name.split(".")[0] for name in imported} - {"ckptdash", "msgspec", "__future__"}
     assert others <= set(sys.stdlib_module_names), others
 
@@ -470,7 +470,7 @@ def test_state_parts_import_only_the_schema_and_each_other() -> None:
             elif isinstance(node, ast.ImportFrom) and node.module:
                 imported.add(node.module)
         ours = {name for name in imported if name.split(".")[0] == "ckptdash"}
-        allowed = {"ckptdash", "ckptdash.events", "ckptdash.records"}
+        allowed = {"ckptdash", "ckptdash.events", "ckptdash.state.records"}
         assert all(n in allowed or n.startswith("ckptdash.state_") for n in ours), (part, ours)
         others = {name.split(".")[0] for name in imported} - {"ckptdash", "msgspec", "__future__"}
         assert others <= set(sys.stdlib_module_names), (part, others)

@@ -25,7 +25,7 @@ import statistics
 from dataclasses import dataclass
 
 from ckptdash.dash.snapshot import RunSnapshot
-from ckptdash.records import AttemptInfo, CheckpointInfo
+from ckptdash.state.records import AttemptInfo, CheckpointInfo
 
 _PREEMPTED_REASONS = frozenset({"preempted", "terminated"})
 

@@ -23,7 +23,7 @@ from ckptdash.dash.snapshot import RunSnapshot
 from ckptdash.dash.text import esc
 from ckptdash.dash.widgets import HtmlView
 from ckptdash.errors import CkptDashError
-from ckptdash.records import RankInfo
+from ckptdash.state.records import RankInfo
 
 SILENT_AFTER_S: Final = 10.0
 """A pulsing rank whose last pulse is older than this is marked silent (pulses come every ~1 s;

@@ -25,7 +25,7 @@ from ckptdash.dash.snapshot import RunSnapshot
 from ckptdash.dash.text import esc
 from ckptdash.dash.timeline import TRIGGER_COLORS
 from ckptdash.dash.widgets import HOVER_TOOLTIP, HtmlPane, button
-from ckptdash.records import CheckpointInfo, MetricPoint
+from ckptdash.state.records import CheckpointInfo, MetricPoint
 
 ATTEMPT_COLORS: Final = ("#495057", "#1c7ed6", "#2b8a3e", "#e8590c", "#862e9c", "#0b7285")
 PLOT_NAME: Final = "ckptdash-metrics"

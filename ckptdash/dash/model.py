@@ -16,7 +16,7 @@ from typing import Final, Literal, TypeAlias
 import param
 
 from ckptdash.dash.snapshot import FolderSnapshot, RunSnapshot
-from ckptdash.records import SHOWN_STALE_AFTER_S
+from ckptdash.state.records import SHOWN_STALE_AFTER_S
 
 RunStatus: TypeAlias = Literal[
     "waiting", "running", "stale", "preempted", "requeue pending", "stopped", "finished", "failed"

@@ -20,7 +20,10 @@ from pathlib import Path
 
 from ckptdash.events import CHECKPOINT_KINDS, COMMAND_KINDS, Settings
 from ckptdash.health import Facts
-from ckptdash.records import (
+from ckptdash.resume import ResumeChoice, choose_resume
+from ckptdash.state import RunState
+from ckptdash.state.checkpoints import checkpoint_order
+from ckptdash.state.records import (
     AnomalyInfo,
     AttemptInfo,
     AttemptTimes,
@@ -32,9 +35,6 @@ from ckptdash.records import (
     RequeueInfo,
     SignalInfo,
 )
-from ckptdash.resume import ResumeChoice, choose_resume
-from ckptdash.state import RunState
-from ckptdash.state_checkpoints import checkpoint_order
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,7 @@ class RunSnapshot:
     version: int
     attempts: tuple[AttemptInfo, ...]
     checkpoints: tuple[CheckpointInfo, ...]
-    """Newest first (:func:`~ckptdash.state_checkpoints.checkpoint_order` reversed)."""
+    """Newest first (:func:`~ckptdash.state.checkpoints.checkpoint_order` reversed)."""
     signals: tuple[SignalInfo, ...]
     requeues: tuple[RequeueInfo, ...]
     exceptions: tuple[ExceptionInfo, ...]

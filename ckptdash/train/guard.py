@@ -40,8 +40,8 @@ from dataclasses import dataclass
 from typing import Final
 
 from ckptdash.events import Event, RunStarted
-from ckptdash.records import AttemptInfo
 from ckptdash.rundir import RunDir
+from ckptdash.state.records import AttemptInfo
 from ckptdash.train import dist
 from ckptdash.train.logview import LogView
 from ckptdash.train.process import process_alive

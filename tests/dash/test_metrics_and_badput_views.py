@@ -23,7 +23,7 @@ from ckptdash.dash.model import DashModel
 from ckptdash.dash.table import checkpoint_frame
 from ckptdash.dash.views import RunList
 from ckptdash.state import RunState
-from ckptdash.state_series import SERIES_POINTS
+from ckptdash.state.series import SERIES_POINTS
 from tests.dash.conftest import T0, Scenario, ev, preempted_run, saved
 
 WaitUntil = Callable[..., None]

@@ -45,11 +45,11 @@ from ckptdash.events import (
     CommandRejected,
     Event,
 )
-from ckptdash.records import CheckpointInfo
 from ckptdash.resume import check_checkpoint, choose_resume, resume_path
 from ckptdash.rundir import TEMP_PREFIX, RunDir
 from ckptdash.rundir.hashing import checksum_file
 from ckptdash.state import RunState
+from ckptdash.state.records import CheckpointInfo
 from ckptdash.tail import RunTailer
 
 PRELOAD: Final = [

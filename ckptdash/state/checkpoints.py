@@ -12,8 +12,8 @@ import os
 from typing import Final, TypeAlias, cast
 
 from ckptdash import events as ev_
-from ckptdash.records import CheckpointInfo, CheckpointStatus
-from ckptdash.state_streams import Key
+from ckptdash.state.records import CheckpointInfo, CheckpointStatus
+from ckptdash.state.streams import Key
 
 CkptEvent: TypeAlias = (
     "ev_.CheckpointStarted | ev_.CheckpointSaved | ev_.CheckpointFailed"

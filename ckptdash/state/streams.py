@@ -16,8 +16,8 @@ import msgspec
 
 from ckptdash import events as ev_
 from ckptdash.events import Event, Heartbeat, Pulse
-from ckptdash.records import AttemptInfo, AttemptTimes, Progress, RankInfo
-from ckptdash.state_series import Series
+from ckptdash.state.records import AttemptInfo, AttemptTimes, Progress, RankInfo
+from ckptdash.state.series import Series
 
 NEG_INF: Final = -math.inf
 _KIND_ORDER: Final = {cls.KIND: i for i, cls in enumerate(ev_.EVENT_TYPES)}
@@ -199,7 +199,7 @@ class Attempt:
         return out
 
     def times(self) -> AttemptTimes:
-        """The times that badput needs (:class:`~ckptdash.records.AttemptTimes`)."""
+        """The times that badput needs (:class:`~ckptdash.state.records.AttemptTimes`)."""
         streams = self.streams.values()
         first = min((min(s.first_t, s.first_hb_t) for s in streams), default=0.0)
         # The first step: its first heartbeat, or its first save's start if that came first.

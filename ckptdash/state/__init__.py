@@ -17,14 +17,14 @@ attempt, rank and finally the event's own bytes), never by arrival.
 Heartbeats are almost all of a log, so their path is kept to a few attribute
 reads: per (attempt, rank) only the latest heartbeat is kept, and the progress
 series keeps at most one point per time bucket (see
-:data:`~ckptdash.state_series.SERIES_POINTS`).
+:data:`~ckptdash.state.series.SERIES_POINTS`).
 
 The bookkeeping lives in modules of one job each, which this one drives:
-:mod:`~ckptdash.state_series` (the thinned progress series), :mod:`~ckptdash.state_streams`
-(per attempt and rank; the event order), :mod:`~ckptdash.state_checkpoints` (what a path's
-events say, confinement, the checkpoint order), :mod:`~ckptdash.state_commands`,
-:mod:`~ckptdash.state_incidents` (signals, requeues, exceptions, anomalies, alerts, bad lines)
-and :mod:`~ckptdash.state_json` (the JSON view).
+:mod:`~ckptdash.state.series` (the thinned progress series), :mod:`~ckptdash.state.streams`
+(per attempt and rank; the event order), :mod:`~ckptdash.state.checkpoints` (what a path's
+events say, confinement, the checkpoint order), :mod:`~ckptdash.state.commands`,
+:mod:`~ckptdash.state.incidents` (signals, requeues, exceptions, anomalies, alerts, bad lines)
+and :mod:`~ckptdash.state.json_view` (the JSON view).
 """
 
 from __future__ import annotations
@@ -37,12 +37,14 @@ from typing import TYPE_CHECKING, Any, Final, cast
 import msgspec
 
 from ckptdash import events as ev_
-from ckptdash import state_checkpoints as ckpt_
-from ckptdash import state_commands as cmd_
-from ckptdash import state_incidents as inc_
-from ckptdash import state_json, state_series, state_streams
 from ckptdash.events import BadLine, Event, Heartbeat, Pulse
-from ckptdash.records import (
+from ckptdash.state import checkpoints as ckpt_
+from ckptdash.state import commands as cmd_
+from ckptdash.state import incidents as inc_
+from ckptdash.state import json_view as state_json
+from ckptdash.state import series as state_series
+from ckptdash.state import streams as state_streams
+from ckptdash.state.records import (
     AlertRecord,
     AnomalyInfo,
     AttemptInfo,
@@ -177,12 +179,13 @@ class RunState:
         return ckpt_.outside(path, self.root, self._roots, self.checkpoint_dirs)
 
     def attempt_times(self) -> dict[int, AttemptTimes]:
-        """Per attempt, the times that badput needs (:class:`~ckptdash.records.AttemptTimes`)."""
+        """Per attempt, the times that badput needs
+        (:class:`~ckptdash.state.records.AttemptTimes`)."""
         return {n: self._attempts[n].times() for n in sorted(self._attempts)}
 
     def metrics(self) -> dict[int, list[MetricPoint]]:
         """Per attempt, the metrics of the heartbeats kept in :attr:`series` (thinned as
-        :data:`~ckptdash.state_series.SERIES_POINTS` says), by time. A heartbeat is decoded
+        :data:`~ckptdash.state.series.SERIES_POINTS` says), by time. A heartbeat is decoded
         once, on the first call that sees it; later calls decode only new points."""
         out = {}
         cache, fresh = self._decoded, {}

@@ -11,7 +11,7 @@ from typing import Any, Final, Literal, TypeAlias, cast
 
 from ckptdash import events as ev_
 from ckptdash.events import BadLine, Event
-from ckptdash.records import (
+from ckptdash.state.records import (
     AlertRecord,
     AnomalyInfo,
     BadLines,
@@ -19,7 +19,7 @@ from ckptdash.records import (
     RequeueInfo,
     SignalInfo,
 )
-from ckptdash.state_streams import opt
+from ckptdash.state.streams import opt
 
 BAD_LINE_SAMPLES: Final = 20
 ALERT_KINDS: Final = frozenset({"alert_raised", "alert_cleared", "action_taken"})

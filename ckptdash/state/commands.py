@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Final, TypeAlias
 
 from ckptdash import events as ev_
-from ckptdash.records import CommandInfo, CommandStatus
-from ckptdash.state_streams import Key
+from ckptdash.state.records import CommandInfo, CommandStatus
+from ckptdash.state.streams import Key
 
 if TYPE_CHECKING:
     from ckptdash.tail import CommandFile
