@@ -28,7 +28,7 @@ rank, so a second ``EventWriter`` from user code would only compete with it.
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from ckptdash.badput import RunGoodput, goodput
+from ckptdash.analysis.goodput import RunGoodput, goodput
 from ckptdash.errors import (
     CheckpointChoiceError,
     CkptDashError,

@@ -1,7 +1,7 @@
 """``ckptdash watch``: raise each health alert once, tell someone, act, and record it all.
 
 A :class:`Watch` tails a run (or a folder of runs) like the dashboard does, runs the
-detectors of :mod:`ckptdash.health` every ``interval_s``, and for each alert that begins or
+detectors of :mod:`ckptdash.analysis.health` every ``interval_s``, and for each alert that begins or
 ends:
 
 1. writes ``alert_raised`` / ``alert_cleared`` into the run (source ``watch``), durable, so
@@ -36,10 +36,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, TextIO
 
-from ckptdash import control, health, slurm_admin
+from ckptdash import control, slurm_admin
+from ckptdash.analysis import health
+from ckptdash.analysis.health import Alert, Thresholds
 from ckptdash.errors import CkptDashError
 from ckptdash.events import ActionTaken, AlertCleared, AlertRaised
-from ckptdash.health import Alert, Thresholds
 from ckptdash.rundir import RunDir
 from ckptdash.rundir.writer import EventWriter
 from ckptdash.state import RunState

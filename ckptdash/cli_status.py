@@ -121,7 +121,7 @@ def _who(author: str, host: str) -> str:
 
 def goodput_command(args: argparse.Namespace) -> int:
     """``ckptdash goodput PATH``: where the time of each run went."""
-    from ckptdash.badput import of_state, render
+    from ckptdash.analysis.goodput import of_state, render
 
     runs = find_runs(args.path)
     now = time.time()

@@ -8,10 +8,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ckptdash import control, health
+from ckptdash import control
 from ckptdash.alerting import ACTIONS, Watch, Webhook, parse_rules, thresholds_for
+from ckptdash.analysis import health
+from ckptdash.analysis.health import Thresholds, parse_assignments
 from ckptdash.errors import CkptDashError
-from ckptdash.health import Thresholds, parse_assignments
 from ckptdash.resume import load_state
 from ckptdash.rundir import RunDir, find_runs
 from ckptdash.state import RunState

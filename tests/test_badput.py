@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 import ckptdash
-from ckptdash import badput
+from ckptdash.analysis import goodput as badput
 from ckptdash.cli import main
 from ckptdash.resume import load_state
 from ckptdash.state import RunState

@@ -1,4 +1,5 @@
-"""Health detectors over hand-written event logs (ckptdash.health), including skewed clocks."""
+"""Health detectors over hand-written event logs (ckptdash.analysis.health), including skewed
+clocks."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Any
 import pytest
 
 from ckptdash import events as ev
-from ckptdash.health import Alert, ThresholdError, Thresholds, detect, parse_assignments
+from ckptdash.analysis.health import Alert, ThresholdError, Thresholds, detect, parse_assignments
 from ckptdash.state import RunState
 
 T0 = 1_764_430_000.0

@@ -1,12 +1,14 @@
 """The goodput panel's bars: where the run's time went, one stacked bar per attempt and one for
 the run (productive, startup, saving, lost work, requeue wait, other). The numbers are
-:mod:`ckptdash.badput`'s, the same as ``ckptdash goodput`` prints; nothing here reads a file."""
+:mod:`ckptdash.analysis.goodput`'s, the same as ``ckptdash goodput`` prints; nothing here reads a
+file."""
 
 from __future__ import annotations
 
 from typing import Final
 
-from ckptdash import badput, fmt
+from ckptdash import fmt
+from ckptdash.analysis import goodput as badput
 from ckptdash.dash.snapshot import RunSnapshot
 from ckptdash.dash.text import esc
 from ckptdash.dash.widgets import HtmlView

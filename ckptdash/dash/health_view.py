@@ -1,8 +1,9 @@
 """The dashboard's health views: a banner of the alerts that hold now, and every rank of the
 current attempt grouped by node, with stragglers and silent ranks marked.
 
-Both read only the selected run's snapshot (its :class:`~ckptdash.health.Facts`) and the
-watcher's clock, and run :func:`ckptdash.health.detect` again as the clock moves: a job that
+Both read only the selected run's snapshot (its :class:`~ckptdash.analysis.health.Facts`) and the
+watcher's clock, and run :func:`ckptdash.analysis.health.detect` again as the clock moves: a job
+that
 went quiet becomes ``stale`` on screen without a new event. Thresholds are the run's own
 (``ckptdash health RUN --set``), else the defaults. Nothing here touches a file.
 """
@@ -17,7 +18,8 @@ import panel as pn
 import param
 from panel.reactive import ReactiveHTML
 
-from ckptdash import fmt, health
+from ckptdash import fmt
+from ckptdash.analysis import health
 from ckptdash.dash.model import rates
 from ckptdash.dash.snapshot import RunSnapshot
 from ckptdash.dash.text import esc

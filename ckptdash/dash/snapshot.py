@@ -18,8 +18,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ckptdash.analysis.health import Facts
 from ckptdash.events import CHECKPOINT_KINDS, COMMAND_KINDS, Settings
-from ckptdash.health import Facts
 from ckptdash.resume import ResumeChoice, choose_resume
 from ckptdash.state import RunState
 from ckptdash.state.checkpoints import checkpoint_order
@@ -98,12 +98,13 @@ class RunSnapshot:
     replaced: int
     signature: RunSignature = field(repr=False, compare=False)
     times: Mapping[int, AttemptTimes] = field(default_factory=dict)
-    """Per attempt, what badput needs (:mod:`ckptdash.badput`)."""
+    """Per attempt, what badput needs (:mod:`ckptdash.analysis.goodput`)."""
     metrics: Mapping[int, Sequence[MetricPoint]] = field(default_factory=dict, repr=False)
     """Per attempt, thinned rank-0 heartbeats with their metrics, by step (the metrics plot)."""
     anomalies: tuple[AnomalyInfo, ...] = ()
     health: Facts | None = field(default=None, repr=False, compare=False)
-    """What the health detectors read (:func:`ckptdash.health.detect` runs on it as the clock
+    """What the health detectors read (:func:`ckptdash.analysis.health.detect` runs on it as the
+    clock
     moves); also the newest attempt's ranks, for the ranks view."""
 
     @property

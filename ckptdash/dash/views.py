@@ -15,7 +15,8 @@ import pandas as pd
 import panel as pn
 from bokeh.models.widgets.tables import NumberFormatter
 
-from ckptdash import badput, fmt
+from ckptdash import fmt
+from ckptdash.analysis import goodput as badput
 from ckptdash.dash import goodput, text
 from ckptdash.dash.frames import NUMBER, TEXT, typed_frame
 from ckptdash.dash.model import DashModel, rates, run_status

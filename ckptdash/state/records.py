@@ -185,7 +185,7 @@ class BadLines:
 @dataclass(frozen=True)
 class AttemptTimes:
     """The times of one attempt that badput needs beyond :class:`AttemptInfo`
-    (see :mod:`ckptdash.badput` and docs/goodput.md). Times are Unix seconds."""
+    (see :mod:`ckptdash.analysis.goodput` and docs/goodput.md). Times are Unix seconds."""
 
     attempt: int
     first_t: float | None

@@ -65,7 +65,7 @@ class Stream:
         self.last_t = NEG_INF
         self.max_step = -1
         self.series = series
-        # For badput (ckptdash.badput): first events, and the blocking time of each save.
+        # For badput (ckptdash.analysis.goodput): first events, and the blocking time of each save.
         self.first_hb_t = self.first_t = self.first_save_t = math.inf
         self.save_s: list[float] = []
         self.last_save_t = NEG_INF
