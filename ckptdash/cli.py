@@ -30,9 +30,10 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from ckptdash import __version__, cli_serve, control, health_cli, slurm_admin
+from ckptdash import __version__, cli_serve, control, health_cli
 from ckptdash.cli_status import goodput_command, render_status, run_word, status_command
 from ckptdash.errors import CkptDashError
+from ckptdash.ops import slurm as slurm_admin
 from ckptdash.resume import choose_resume, find_recorded, load_state
 from ckptdash.rundir import RunDir, find_runs
 from ckptdash.terminal import one_line, printable_output

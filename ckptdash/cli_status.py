@@ -13,8 +13,9 @@ from typing import Any
 
 import msgspec
 
-from ckptdash import control, fmt, health_cli, slurm_admin
+from ckptdash import control, fmt, health_cli
 from ckptdash.errors import CkptDashError
+from ckptdash.ops import slurm as slurm_admin
 from ckptdash.resume import choose_resume, load_state
 from ckptdash.rundir import RunDir, find_runs
 from ckptdash.state import RunState

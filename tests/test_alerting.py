@@ -1,5 +1,5 @@
 """``ckptdash watch``: alerts fire once as they begin and end, reach --exec and --webhook, rules
-act through SLURM's commands, and all of it is written into the run (ckptdash.alerting)."""
+act through SLURM's commands, and all of it is written into the run (ckptdash.ops.watch)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ import pytest
 
 from ckptdash import cli, control
 from ckptdash import events as ev
-from ckptdash.alerting import Watch, Webhook, act, parse_rules
 from ckptdash.errors import CkptDashError
+from ckptdash.ops.watch import Watch, Webhook, act, parse_rules
 from ckptdash.resume import load_state
 from ckptdash.rundir import RunDir
 from ckptdash.rundir.writer import EventWriter

@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 
-from ckptdash import control, events, slurm_admin
+from ckptdash import control, events
 from ckptdash.cli import main
+from ckptdash.ops import slurm as slurm_admin
 from ckptdash.rundir.writer import EventWriter
 from ckptdash.state.records import AttemptInfo
 

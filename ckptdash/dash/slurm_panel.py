@@ -2,7 +2,7 @@
 out: hold, release or cancel a job that waits in the queue (e.g. requeued).
 
 Once a job is requeued no training process exists to read the run directory's control
-channel, so these buttons ask SLURM directly through :mod:`ckptdash.slurm_admin` (on the
+channel, so these buttons ask SLURM directly through :mod:`ckptdash.ops.slurm` (on the
 login node the dashboard runs on). The panel shows SLURM's state next to the run's own events:
 pending, running or held, the reason, the restart count.
 
@@ -12,7 +12,7 @@ and only while the selected run has a SLURM job. Its answers reach the widgets t
 watcher's snapshots do (see :mod:`ckptdash.dash.delivery`). A click does not run ``scontrol``
 either (Hold, Release, Cancel, and the Requeue=0/1 that Suspend / Resume auto-requeue mirrors
 onto the job): it hands its command to the same thread and returns, so a slow controller never
-holds up the page (each call has :data:`ckptdash.slurm_admin.TIMEOUT_S`). After Hold, Release
+holds up the page (each call has :data:`ckptdash.ops.slurm.TIMEOUT_S`). After Hold, Release
 or Cancel the three buttons stay off until SLURM has answered; every answer appears in the
 controls' message line.
 """
@@ -26,14 +26,14 @@ from typing import Any, Final
 
 import panel as pn
 
-from ckptdash import slurm_admin
 from ckptdash.dash.controls import Controls, requeue_said
 from ckptdash.dash.delivery import Delivery
 from ckptdash.dash.model import DashModel
 from ckptdash.dash.text import esc
 from ckptdash.dash.widgets import button, confirmation, html_pane
 from ckptdash.errors import ControlError
-from ckptdash.slurm_admin import JobStatus
+from ckptdash.ops import slurm as slurm_admin
+from ckptdash.ops.slurm import JobStatus
 
 POLL_INTERVAL_S: Final = 3.0
 """Seconds between two refreshes of the scheduler's view (a state change shows within this)."""

@@ -20,8 +20,8 @@ from ckptdash import events
 from ckptdash.dash.app import Dashboard, DashOptions
 from ckptdash.dash.hub import WatcherHub
 from ckptdash.dash.widgets import button_label
+from ckptdash.ops.slurm import HOLD_REASONS
 from ckptdash.rundir.writer import EventWriter
-from ckptdash.slurm_admin import HOLD_REASONS
 from tests.slurm.harness import Cluster, Scenario, wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(300)]

@@ -36,11 +36,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, TextIO
 
-from ckptdash import control, slurm_admin
+from ckptdash import control
 from ckptdash.analysis import health
 from ckptdash.analysis.health import Alert, Thresholds
 from ckptdash.errors import CkptDashError
 from ckptdash.events import ActionTaken, AlertCleared, AlertRaised
+from ckptdash.ops import slurm as slurm_admin
 from ckptdash.rundir import RunDir
 from ckptdash.rundir.writer import EventWriter
 from ckptdash.state import RunState
