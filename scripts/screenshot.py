@@ -35,8 +35,8 @@ from typing import Any
 from playwright.sync_api import expect, sync_playwright
 
 from ckptdash._dev.testing import launch_chromium, offline_jupyter_home
+from ckptdash.cli.demo import run_demo
 from ckptdash.dash.server import start_server
-from ckptdash.demo import run_demo
 
 ROOT = Path(__file__).resolve().parent.parent
 KERNEL = "ckptdash-screenshot"

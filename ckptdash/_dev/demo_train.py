@@ -1,6 +1,6 @@
 """One attempt of the demo's training: a tiny Lightning model with CkptDashCallback.
 
-Run by :mod:`ckptdash.demo`; ``python -m ckptdash._dev.demo_train RUN_DIR STEPS MARKER``.
+Run by :mod:`ckptdash.cli.demo`; ``python -m ckptdash._dev.demo_train RUN_DIR STEPS MARKER``.
 """
 
 from __future__ import annotations

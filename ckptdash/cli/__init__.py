@@ -17,8 +17,8 @@ Every user error is one line on stderr saying what is wrong and how to fix it,
 and exit status 2; never a traceback.
 
 This module holds the parser and the controls (save, stop, requeue, resume); what ``status``
-and ``goodput`` print is :mod:`ckptdash.cli_status`, ``demo`` and ``serve`` are
-:mod:`ckptdash.cli_serve`, ``watch`` and ``health`` :mod:`ckptdash.health_cli`.
+and ``goodput`` print is :mod:`ckptdash.cli.status`, ``demo`` and ``serve`` are
+:mod:`ckptdash.cli.serve`, ``watch`` and ``health`` :mod:`ckptdash.cli.health`.
 """
 
 from __future__ import annotations
@@ -30,8 +30,10 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from ckptdash import __version__, cli_serve, control, health_cli
-from ckptdash.cli_status import goodput_command, render_status, run_word, status_command
+from ckptdash import __version__, control
+from ckptdash.cli import health as health_cli
+from ckptdash.cli import serve as cli_serve
+from ckptdash.cli.status import goodput_command, render_status, run_word, status_command
 from ckptdash.errors import CkptDashError
 from ckptdash.ops import slurm as slurm_admin
 from ckptdash.resume import choose_resume, find_recorded, load_state

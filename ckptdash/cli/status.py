@@ -13,7 +13,8 @@ from typing import Any
 
 import msgspec
 
-from ckptdash import control, fmt, health_cli
+from ckptdash import control, fmt
+from ckptdash.cli import health as health_cli
 from ckptdash.errors import CkptDashError
 from ckptdash.ops import slurm as slurm_admin
 from ckptdash.resume import choose_resume, load_state

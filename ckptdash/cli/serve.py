@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from ckptdash.demo import DEFAULT_STEPS
+from ckptdash.cli.demo import DEFAULT_STEPS
 from ckptdash.errors import CkptDashError
 
 
@@ -100,7 +100,7 @@ def add_commands(sub: Any) -> None:
 
 def demo_command(args: argparse.Namespace) -> int:
     """``ckptdash demo``: a small real training with preemptions, a kill and resumes."""
-    from ckptdash.demo import run_demo
+    from ckptdash.cli.demo import run_demo
 
     if not 0 <= args.port <= 65535:
         raise CkptDashError(f"--port {args.port}: must be 0 (any free port) to 65535")
