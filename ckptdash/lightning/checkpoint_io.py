@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any, Final, Protocol
 
 from ckptdash.events import CheckpointRemoved, CheckpointSaved, Trigger
-from ckptdash.lightning_.compat import CheckpointIO, TorchCheckpointIO
+from ckptdash.lightning.compat import CheckpointIO, TorchCheckpointIO
 from ckptdash.train.async_save import AsyncSaver
 from ckptdash.train.saving import META_KEY, durable_existing, record_save, save_atomic
 from ckptdash.train.session import Session

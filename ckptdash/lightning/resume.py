@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 from typing import Any, Final
 
-from ckptdash.lightning_.frames import UNKNOWN, given_ckpt_path
+from ckptdash.lightning.frames import UNKNOWN, given_ckpt_path
 from ckptdash.train.session import Session
 
 _HPC_NAME: Final = re.compile(r"^hpc_ckpt_\d+\.ckpt$")

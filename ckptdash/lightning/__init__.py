@@ -20,26 +20,26 @@ from collections.abc import Callable, Iterator
 from typing import Any, Final
 
 from ckptdash.events import CheckpointSaved, Trigger
-from ckptdash.lightning_.checkpoint_io import (
+from ckptdash.lightning.checkpoint_io import (
     RecordingCheckpointIO,
     TaggingCheckpointIO,
     flush_async,
     record_written,
     writes_shards,
 )
-from ckptdash.lightning_.compat import (
+from ckptdash.lightning.compat import (
     AsyncCheckpointIO,
     ModelCheckpoint,
     OnExceptionCheckpoint,
     pl,
 )
-from ckptdash.lightning_.frames import (
+from ckptdash.lightning.frames import (
     end_reason,
     in_spawn_launcher,
     under_lightning_interrupt_handling,
 )
-from ckptdash.lightning_.resume import hook_resume
-from ckptdash.lightning_.signals import take_signals_over
+from ckptdash.lightning.resume import hook_resume
+from ckptdash.lightning.signals import take_signals_over
 from ckptdash.train.async_save import AsyncSaver
 from ckptdash.train.config import TrainConfig
 from ckptdash.train.decision import Decision

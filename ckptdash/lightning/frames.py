@@ -7,7 +7,7 @@ from __future__ import annotations
 import inspect
 from typing import Any, Final
 
-from ckptdash.lightning_.compat import EarlyStopping
+from ckptdash.lightning.compat import EarlyStopping
 
 UNKNOWN: Final = object()
 
