@@ -13,7 +13,8 @@ from typing import Any
 
 import msgspec
 
-from ckptdash import control, fmt
+from ckptdash import control
+from ckptdash import humanize as fmt
 from ckptdash.cli import health as health_cli
 from ckptdash.errors import CkptDashError
 from ckptdash.ops import slurm as slurm_admin

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from ckptdash import fmt
+from ckptdash import humanize as fmt
 from ckptdash.analysis import goodput as badput
 from ckptdash.dash.snapshot import RunSnapshot
 from ckptdash.dash.text import esc

@@ -18,7 +18,7 @@ import panel as pn
 import param
 from panel.reactive import ReactiveHTML
 
-from ckptdash import fmt
+from ckptdash import humanize as fmt
 from ckptdash.analysis import health
 from ckptdash.dash.model import rates
 from ckptdash.dash.snapshot import RunSnapshot

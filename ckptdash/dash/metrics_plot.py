@@ -18,7 +18,7 @@ from bokeh.events import Tap
 from bokeh.models import ColumnDataSource, HoverTool
 from bokeh.plotting import figure
 
-from ckptdash import fmt
+from ckptdash import humanize as fmt
 from ckptdash.dash.controls import Controls
 from ckptdash.dash.model import DashModel
 from ckptdash.dash.snapshot import RunSnapshot

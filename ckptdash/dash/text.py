@@ -1,5 +1,5 @@
 """How paths and text read on the dashboard (HTML-safe). Sizes, durations, times and numbers:
-:mod:`ckptdash.fmt`, shared with the command line."""
+:mod:`ckptdash.humanize`, shared with the command line."""
 
 from __future__ import annotations
 

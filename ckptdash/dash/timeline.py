@@ -24,7 +24,7 @@ import panel as pn
 from bokeh.models import ColumnDataSource, HoverTool
 from bokeh.plotting import figure
 
-from ckptdash import fmt
+from ckptdash import humanize as fmt
 from ckptdash.dash import goodput
 from ckptdash.dash.model import DashModel
 from ckptdash.dash.snapshot import RunSnapshot

@@ -15,7 +15,7 @@ import pandas as pd
 import panel as pn
 from bokeh.models.widgets.tables import NumberFormatter
 
-from ckptdash import fmt
+from ckptdash import humanize as fmt
 from ckptdash.analysis import goodput as badput
 from ckptdash.dash import goodput, text
 from ckptdash.dash.frames import NUMBER, TEXT, typed_frame

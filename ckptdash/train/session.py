@@ -55,10 +55,10 @@ from ckptdash.train.commands import Commands
 from ckptdash.train.config import ConfigError, SignalAction, TrainConfig
 from ckptdash.train.decision import ACTION_CODE, REQUEUE, Decision, Pending, decide
 from ckptdash.train.guard import Claimant, RunGuard
+from ckptdash.train.pulse import Pulser
 from ckptdash.train.recovery import recover
 from ckptdash.train.scheduler import Scheduler, detect
 from ckptdash.train.signals import SignalRecorder
-from ckptdash.train.watchdog import Pulser
 
 SIGNAL_STOPS: list[str] = []
 """Why each signal stop in this process stopped training (``preempted``, ``terminated``): a

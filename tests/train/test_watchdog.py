@@ -1,4 +1,4 @@
-"""Every rank's pulse and the in-job watchdog (ckptdash.train.watchdog, Session wiring)."""
+"""Every rank's pulse and the in-job watchdog (ckptdash.train.pulse, Session wiring)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from ckptdash.resume import load_state
 from ckptdash.rundir import RunDir
 from ckptdash.rundir.writer import EventWriter
 from ckptdash.train.config import TrainConfig
+from ckptdash.train.pulse import Pulser
 from ckptdash.train.session import Session
-from ckptdash.train.watchdog import Pulser
 from tests.conftest import WaitUntil
 
 
