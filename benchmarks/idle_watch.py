@@ -24,7 +24,7 @@ from pathlib import Path
 from timing import Row
 
 from ckptdash import Monitor
-from ckptdash.dash.watch import RunWatcher
+from ckptdash.dash.feed.follow import RunWatcher
 from ckptdash.rundir import RunDir
 from ckptdash.tail import COLD_AFTER, COLD_EVERY
 

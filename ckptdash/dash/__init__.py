@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ckptdash.dash.app import Dashboard, DashOptions, dashboard
-    from ckptdash.dash.hub import WatcherHub
+    from ckptdash.dash.feed.follow import RunWatcher
+    from ckptdash.dash.feed.hub import WatcherHub
     from ckptdash.dash.server import RunningServer, ServeOptions, serve, start_server
-    from ckptdash.dash.watch import RunWatcher
 
 __all__ = [
     "DashOptions",
@@ -29,12 +29,12 @@ __all__ = [
 ]
 
 _WHERE = {name: "ckptdash.dash.app" for name in __all__} | {
-    "RunWatcher": "ckptdash.dash.watch",
+    "RunWatcher": "ckptdash.dash.feed.follow",
     "RunningServer": "ckptdash.dash.server",
     "ServeOptions": "ckptdash.dash.server",
     "serve": "ckptdash.dash.server",
     "start_server": "ckptdash.dash.server",
-    "WatcherHub": "ckptdash.dash.hub",
+    "WatcherHub": "ckptdash.dash.feed.hub",
 }
 
 

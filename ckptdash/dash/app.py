@@ -23,25 +23,25 @@ from typing import Any, Final
 
 import panel as pn
 
-from ckptdash.dash import embed
-from ckptdash.dash.badput_view import BadputView
-from ckptdash.dash.controls import ControlActions, Controls, default_author
 from ckptdash.dash.delivery import Delivery
-from ckptdash.dash.health_view import HealthBanner, RanksView
-from ckptdash.dash.hub import WatcherHub, shared_hub
-from ckptdash.dash.kernelcomms import open_off_main_thread
-from ckptdash.dash.metrics_plot import MetricsPlot
+from ckptdash.dash.feed.follow import RunWatcher
+from ckptdash.dash.feed.hub import WatcherHub, shared_hub
+from ckptdash.dash.feed.mounts import WATCH_MODES, WatchMode
+from ckptdash.dash.feed.snapshot import FolderSnapshot
 from ckptdash.dash.model import DEFAULT_STALE_AFTER_S, DashModel
-from ckptdash.dash.mounts import WATCH_MODES, WatchMode
-from ckptdash.dash.slurm_panel import SchedulerPanel
-from ckptdash.dash.snapshot import FolderSnapshot
-from ckptdash.dash.subshell import SubshellRoute, current_kernel
-from ckptdash.dash.table import CheckpointTable
-from ckptdash.dash.text import esc
-from ckptdash.dash.timeline import Timeline
+from ckptdash.dash.notebook import embed
+from ckptdash.dash.notebook.kernelcomms import open_off_main_thread
+from ckptdash.dash.notebook.subshell import SubshellRoute, current_kernel
 from ckptdash.dash.views import CommandsView, GoodputView, RunList, StatusHeader
-from ckptdash.dash.watch import RunWatcher
-from ckptdash.dash.widgets import html_pane
+from ckptdash.dash.views.checkpoints import CheckpointTable
+from ckptdash.dash.views.controls import ControlActions, Controls, default_author
+from ckptdash.dash.views.goodput_bars import BadputView
+from ckptdash.dash.views.health import HealthBanner, RanksView
+from ckptdash.dash.views.metrics import MetricsPlot
+from ckptdash.dash.views.slurm import SchedulerPanel
+from ckptdash.dash.views.text import esc
+from ckptdash.dash.views.timeline import Timeline
+from ckptdash.dash.views.widgets import html_pane
 from ckptdash.errors import CkptDashError
 
 RUN_DIR_ENV: Final = "CKPTDASH_RUN_DIR"

@@ -18,7 +18,7 @@ value is never applied while the view renders:
   widget must update from the watcher's thread, rendering and applying hold
   one lock; and once the widget is rendered, values wait (the newest is kept)
   until ``gate`` says its comms are open: Panel drops a change it cannot send
-  yet, and a dropped change is never sent again (see :mod:`ckptdash.dash.kernelcomms`).
+  yet, and a dropped change is never sent again (see :mod:`ckptdash.dash.notebook.kernelcomms`).
 """
 
 from __future__ import annotations

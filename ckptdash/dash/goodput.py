@@ -1,6 +1,6 @@
 """Goodput: what preemptions cost a run, and the checkpoint interval that would cost least.
 
-Pure functions over a :class:`~ckptdash.dash.snapshot.RunSnapshot`; no Panel.
+Pure functions over a :class:`~ckptdash.dash.feed.snapshot.RunSnapshot`; no Panel.
 
 * **Work lost per preemption**: training time from the attempt's last durable
   checkpoint (or its start, if it saved none) to the kill. A preemption caught
@@ -24,7 +24,7 @@ import math
 import statistics
 from dataclasses import dataclass
 
-from ckptdash.dash.snapshot import RunSnapshot
+from ckptdash.dash.feed.snapshot import RunSnapshot
 from ckptdash.state.records import AttemptInfo, CheckpointInfo
 
 _PREEMPTED_REASONS = frozenset({"preempted", "terminated"})

@@ -1,7 +1,7 @@
 """The per-session model and what the header derives from a snapshot (no Panel here).
 
 :class:`DashModel` is a ``param.Parameterized`` that the views of one session
-bind to; the watcher's thread publishes :class:`~ckptdash.dash.snapshot.FolderSnapshot`
+bind to; the watcher's thread publishes :class:`~ckptdash.dash.feed.snapshot.FolderSnapshot`
 objects into it. :func:`run_status` and :func:`rates` turn a snapshot and the
 clock into the header's state word, speed, ETA and time left.
 """
@@ -15,7 +15,7 @@ from typing import Final, Literal, TypeAlias
 
 import param
 
-from ckptdash.dash.snapshot import FolderSnapshot, RunSnapshot
+from ckptdash.dash.feed.snapshot import FolderSnapshot, RunSnapshot
 from ckptdash.state.records import SHOWN_STALE_AFTER_S
 
 RunStatus: TypeAlias = Literal[

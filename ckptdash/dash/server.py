@@ -25,7 +25,7 @@ import panel as pn
 
 from ckptdash.dash import access
 from ckptdash.dash.app import Dashboard, DashOptions
-from ckptdash.dash.hub import WatcherHub, shared_hub
+from ckptdash.dash.feed.hub import WatcherHub, shared_hub
 from ckptdash.errors import CkptDashError
 from ckptdash.rundir import find_runs
 

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from ckptdash import events
-from ckptdash.dash.hub import WatcherHub
-from ckptdash.dash.snapshot import FolderSnapshot, SnapshotBuilder
+from ckptdash.dash.feed.hub import WatcherHub
+from ckptdash.dash.feed.snapshot import FolderSnapshot, SnapshotBuilder
 from ckptdash.events import Event
 from ckptdash.rundir.writer import EventWriter
 from ckptdash.state import RunState

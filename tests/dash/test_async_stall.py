@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from ckptdash.dash import goodput
-from ckptdash.dash.table import checkpoint_frame
+from ckptdash.dash.views.checkpoints import checkpoint_frame
 from tests.dash.conftest import Scenario, preempted_run, saved
 
 

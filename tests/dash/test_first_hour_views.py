@@ -12,12 +12,12 @@ import pytest
 
 from ckptdash import control, events
 from ckptdash.dash.app import Dashboard, DashOptions
-from ckptdash.dash.controls import ControlActions, Controls
-from ckptdash.dash.hub import WatcherHub
+from ckptdash.dash.feed.hub import WatcherHub
 from ckptdash.dash.model import DashModel
-from ckptdash.dash.table import CheckpointTable
-from ckptdash.dash.timeline import Timeline
 from ckptdash.dash.views import render_commands
+from ckptdash.dash.views.checkpoints import CheckpointTable
+from ckptdash.dash.views.controls import ControlActions, Controls
+from ckptdash.dash.views.timeline import Timeline
 from ckptdash.rundir.writer import EventWriter
 from tests.dash.conftest import T0, Scenario, ev, saved
 
@@ -194,7 +194,7 @@ def test_a_notebook_delivery_keeps_the_newest_value_until_the_widgets_comms_open
 def test_comm_opening_off_the_main_thread_needs_a_kernel_with_a_shell_channel_thread() -> None:
     """Outside ipykernel ≥ 7 (no shell-channel thread, no subshells) nothing is changed and
     the caller is told so: comm_open stays with the kernel's main thread."""
-    from ckptdash.dash.kernelcomms import open_off_main_thread
+    from ckptdash.dash.notebook.kernelcomms import open_off_main_thread
 
     class OldKernel:
         comm_manager = object()

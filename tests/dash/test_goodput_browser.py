@@ -16,7 +16,7 @@ import pytest
 from ckptdash import control
 from ckptdash._dev.sample import write_sample_run
 from ckptdash._dev.testing import ServeProcess, launch_chromium, require_chromium
-from ckptdash.dash.metrics_plot import PLOT_NAME
+from ckptdash.dash.views.metrics import PLOT_NAME
 from ckptdash.resume import load_state
 
 pytestmark = pytest.mark.ui

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from ckptdash import events
 from ckptdash.dash.app import Dashboard, DashOptions
-from ckptdash.dash.health_view import render_banner, render_ranks
-from ckptdash.dash.hub import WatcherHub
+from ckptdash.dash.feed.hub import WatcherHub
+from ckptdash.dash.views.health import render_banner, render_ranks
 from ckptdash.rundir.writer import EventWriter
 from tests.dash.conftest import T0, Scenario, ev
 

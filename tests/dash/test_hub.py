@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from ckptdash.dash.hub import WatcherHub
+from ckptdash.dash.feed.hub import WatcherHub
 
 WaitUntil = Callable[..., None]
 

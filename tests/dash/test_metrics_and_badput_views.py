@@ -10,18 +10,18 @@ from types import SimpleNamespace
 
 from ckptdash import control, events
 from ckptdash.dash.app import Dashboard, DashOptions
-from ckptdash.dash.badput_view import of_snapshot, render_badput
-from ckptdash.dash.hub import WatcherHub
-from ckptdash.dash.metrics_plot import (
+from ckptdash.dash.feed.hub import WatcherHub
+from ckptdash.dash.model import DashModel
+from ckptdash.dash.views import RunList
+from ckptdash.dash.views.checkpoints import checkpoint_frame
+from ckptdash.dash.views.goodput_bars import of_snapshot, render_badput
+from ckptdash.dash.views.metrics import (
     choose,
     metric_names,
     metrics_at_save,
     metrics_data,
     render_anomalies,
 )
-from ckptdash.dash.model import DashModel
-from ckptdash.dash.table import checkpoint_frame
-from ckptdash.dash.views import RunList
 from ckptdash.state import RunState
 from ckptdash.state.series import SERIES_POINTS
 from tests.dash.conftest import T0, Scenario, ev, preempted_run, saved

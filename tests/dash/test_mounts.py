@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from ckptdash.dash import mounts
-from ckptdash.dash.mounts import choose_mode, filesystem_type
+from ckptdash.dash.feed import mounts
+from ckptdash.dash.feed.mounts import choose_mode, filesystem_type
 from ckptdash.errors import CkptDashError
 
 MOUNTINFO = """\

@@ -18,13 +18,13 @@ from typing import Any
 import pytest
 
 from ckptdash import control, events
-from ckptdash.dash import slurm_panel as scheduler
 from ckptdash.dash.app import Dashboard, DashOptions
-from ckptdash.dash.controls import ControlActions, Controls
-from ckptdash.dash.hub import WatcherHub
+from ckptdash.dash.feed.hub import WatcherHub
+from ckptdash.dash.feed.snapshot import SnapshotBuilder
 from ckptdash.dash.model import DashModel
-from ckptdash.dash.slurm_panel import UNAVAILABLE, SchedulerPanel
-from ckptdash.dash.snapshot import SnapshotBuilder
+from ckptdash.dash.views import slurm as scheduler
+from ckptdash.dash.views.controls import ControlActions, Controls
+from ckptdash.dash.views.slurm import UNAVAILABLE, SchedulerPanel
 from ckptdash.rundir import RunDir
 from ckptdash.state import RunState
 from tests.dash.conftest import T0, Scenario, ev, preempted_run

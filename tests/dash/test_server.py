@@ -23,7 +23,7 @@ from tornado.websocket import websocket_connect
 
 from ckptdash.cli import main
 from ckptdash.dash.app import Dashboard, DashOptions, default_path
-from ckptdash.dash.hub import WatcherHub
+from ckptdash.dash.feed.hub import WatcherHub
 from ckptdash.dash.server import ServeOptions, start_server
 from ckptdash.errors import CkptDashError
 

@@ -10,7 +10,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from ckptdash.dash.subshell import SubshellRoute
+from ckptdash.dash.notebook.subshell import SubshellRoute
 
 
 @dataclass

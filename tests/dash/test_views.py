@@ -12,12 +12,12 @@ import pytest
 
 from ckptdash import control, events
 from ckptdash.dash.app import Dashboard, DashOptions, dashboard
-from ckptdash.dash.controls import ControlActions
-from ckptdash.dash.hub import WatcherHub
+from ckptdash.dash.feed.hub import WatcherHub
 from ckptdash.dash.model import DashModel
-from ckptdash.dash.timeline import TRIGGER_COLORS, timeline_data
 from ckptdash.dash.views import render_commands
-from ckptdash.dash.widgets import button_label
+from ckptdash.dash.views.controls import ControlActions
+from ckptdash.dash.views.timeline import TRIGGER_COLORS, timeline_data
+from ckptdash.dash.views.widgets import button_label
 from ckptdash.errors import ControlError
 from ckptdash.resume import choose_resume
 from ckptdash.rundir.writer import EventWriter
@@ -278,7 +278,7 @@ def test_timeline_without_a_server_redraws_at_once_and_pushes(
     from bokeh.document import Document
     from bokeh.models import HoverTool
 
-    from ckptdash.dash import timeline as timeline_module
+    from ckptdash.dash.views import timeline as timeline_module
 
     pushed: list[object] = []
     monkeypatch.setattr(timeline_module.pn.io, "push_notebook", lambda *o: pushed.extend(o))

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from ckptdash import control, events
-from ckptdash.dash import mounts
-from ckptdash.dash.snapshot import FolderSnapshot
-from ckptdash.dash.watch import RunWatcher
+from ckptdash.dash.feed import mounts
+from ckptdash.dash.feed.follow import RunWatcher
+from ckptdash.dash.feed.snapshot import FolderSnapshot
 from ckptdash.rundir.writer import EventWriter
 
 WaitUntil = Callable[..., None]

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from ckptdash.dash.embed import check_bundle, script_safe_json
-from ckptdash.dash.timeline import timeline_data
+from ckptdash.dash.notebook.embed import check_bundle, script_safe_json
+from ckptdash.dash.views.timeline import timeline_data
 from ckptdash.errors import CkptDashError
 from tests.security.hostile import FOLDER_PAYLOAD, PAYLOADS, write_hostile_run
 
@@ -23,7 +23,7 @@ def hostile(tmp_path: Path) -> Path:
 def test_tooltips_hold_only_escaped_event_text(hostile: Path) -> None:
     """The timeline's tooltips show ``desc`` as HTML (for its line breaks): every one is the
     event text escaped, so the payloads are text there too (``title`` is escaped by Bokeh)."""
-    from ckptdash.dash.snapshot import SnapshotBuilder
+    from ckptdash.dash.feed.snapshot import SnapshotBuilder
     from ckptdash.resume import load_state
 
     snap = SnapshotBuilder(str(hostile)).take(

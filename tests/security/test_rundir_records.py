@@ -11,7 +11,7 @@ import pytest
 
 from ckptdash import Monitor, choose_resume, control
 from ckptdash.cli import main as cli
-from ckptdash.dash.watch import RunWatcher
+from ckptdash.dash.feed.follow import RunWatcher
 from ckptdash.events import CheckpointSaved, encode
 from ckptdash.resume import load_state
 from ckptdash.rundir import RunDir

@@ -15,8 +15,8 @@ import pytest
 
 from ckptdash import Monitor
 from ckptdash.dash.app import Dashboard, DashOptions
-from ckptdash.dash.hub import WatcherHub
-from ckptdash.dash.watch import RunWatcher
+from ckptdash.dash.feed.follow import RunWatcher
+from ckptdash.dash.feed.hub import WatcherHub
 from ckptdash.events import decode_metrics
 from ckptdash.resume import load_state
 from ckptdash.rundir import RunDir

@@ -20,7 +20,7 @@ def main(run_dir: str, out: str) -> None:
     from panel.io import notebook
 
     from ckptdash.dash.app import Dashboard
-    from ckptdash.dash.hub import WatcherHub
+    from ckptdash.dash.feed.hub import WatcherHub
 
     outputs: list[str] = []
 

@@ -18,8 +18,8 @@ import pytest
 
 from ckptdash import events
 from ckptdash.dash.app import Dashboard, DashOptions
-from ckptdash.dash.hub import WatcherHub
-from ckptdash.dash.widgets import button_label
+from ckptdash.dash.feed.hub import WatcherHub
+from ckptdash.dash.views.widgets import button_label
 from ckptdash.ops.slurm import HOLD_REASONS
 from ckptdash.rundir.writer import EventWriter
 from tests.slurm.harness import Cluster, Scenario, wait_for

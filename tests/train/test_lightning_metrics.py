@@ -89,8 +89,8 @@ def test_a_model_checkpoint_records_the_value_it_monitored_at_each_save(tmp_path
     file's score, and the dashboard's checkpoint table shows it marked as monitored."""
     from lightning.pytorch.callbacks import ModelCheckpoint
 
-    from ckptdash.dash.snapshot import SnapshotBuilder
-    from ckptdash.dash.table import checkpoint_frame
+    from ckptdash.dash.feed.snapshot import SnapshotBuilder
+    from ckptdash.dash.views.checkpoints import checkpoint_frame
 
     run = tmp_path / "run"
     kept = ModelCheckpoint(

@@ -20,10 +20,10 @@ from panel.reactive import ReactiveHTML
 
 from ckptdash import humanize as fmt
 from ckptdash.analysis import health
+from ckptdash.dash.feed.snapshot import RunSnapshot
 from ckptdash.dash.model import rates
-from ckptdash.dash.snapshot import RunSnapshot
-from ckptdash.dash.text import esc
-from ckptdash.dash.widgets import HtmlView
+from ckptdash.dash.views.text import esc
+from ckptdash.dash.views.widgets import HtmlView
 from ckptdash.errors import CkptDashError
 from ckptdash.state.records import RankInfo
 

@@ -9,13 +9,13 @@ import pandas as pd
 import panel as pn
 from bokeh.models.widgets.tables import DateFormatter, HTMLTemplateFormatter, NumberFormatter
 
-from ckptdash.dash.controls import Controls
-from ckptdash.dash.frames import NUMBER, TEXT, TIME, typed_frame
-from ckptdash.dash.metrics_plot import metrics_at_save
+from ckptdash.dash.feed.snapshot import RunSnapshot
 from ckptdash.dash.model import DashModel
-from ckptdash.dash.snapshot import RunSnapshot
-from ckptdash.dash.text import relative
-from ckptdash.dash.widgets import HtmlPane, ReadOnlyTabulator, button
+from ckptdash.dash.views.controls import Controls
+from ckptdash.dash.views.frames import NUMBER, TEXT, TIME, typed_frame
+from ckptdash.dash.views.metrics import metrics_at_save
+from ckptdash.dash.views.text import relative
+from ckptdash.dash.views.widgets import HtmlPane, ReadOnlyTabulator, button
 
 SCHEMA: Final = {
     "step": NUMBER,

@@ -6,8 +6,8 @@ import os
 import threading
 from collections.abc import MutableMapping
 
-from ckptdash.dash.mounts import WatchMode
-from ckptdash.dash.watch import RunWatcher
+from ckptdash.dash.feed.follow import RunWatcher
+from ckptdash.dash.feed.mounts import WatchMode
 
 
 class WatcherHub:

@@ -18,10 +18,10 @@ from typing import Any
 import panel as pn
 
 from ckptdash import control
+from ckptdash.dash.feed.snapshot import RunSnapshot
 from ckptdash.dash.model import DashModel, run_status
-from ckptdash.dash.snapshot import RunSnapshot
-from ckptdash.dash.text import esc, relative
-from ckptdash.dash.widgets import HtmlPane, button, confirmation, relabel
+from ckptdash.dash.views.text import esc, relative
+from ckptdash.dash.views.widgets import HtmlPane, button, confirmation, relabel
 from ckptdash.errors import CkptDashError, ControlError
 
 
@@ -82,7 +82,7 @@ class ControlActions:
 
     ``author`` is asked at each action (a served page may know the logged-in
     user); ``nudge`` asks the watcher to read the result back now; ``mirror_requeue``
-    copies a new requeue setting onto the scheduler (see :mod:`ckptdash.dash.slurm_panel`)
+    copies a new requeue setting onto the scheduler (see :mod:`ckptdash.dash.views.slurm`)
     and says what it did, or "" when there is no scheduler to tell.
 
     ``locked``: why this page may not act (see ``DashOptions.controls_off``); every

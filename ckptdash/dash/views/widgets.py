@@ -10,7 +10,7 @@ from typing import Any, Final
 import panel as pn
 
 from ckptdash.dash.model import DashModel
-from ckptdash.dash.text import esc
+from ckptdash.dash.views.text import esc
 
 HOVER_TOOLTIP: Final = "<div style='max-width:420px'><b>@title</b><br>@desc{safe}</div>"
 """A plot's hover text: ``title`` in bold, then ``desc`` (HTML the plot escaped itself)."""

@@ -19,12 +19,12 @@ from bokeh.models import ColumnDataSource, HoverTool
 from bokeh.plotting import figure
 
 from ckptdash import humanize as fmt
-from ckptdash.dash.controls import Controls
+from ckptdash.dash.feed.snapshot import RunSnapshot
 from ckptdash.dash.model import DashModel
-from ckptdash.dash.snapshot import RunSnapshot
-from ckptdash.dash.text import esc
-from ckptdash.dash.timeline import TRIGGER_COLORS
-from ckptdash.dash.widgets import HOVER_TOOLTIP, HtmlPane, button
+from ckptdash.dash.views.controls import Controls
+from ckptdash.dash.views.text import esc
+from ckptdash.dash.views.timeline import TRIGGER_COLORS
+from ckptdash.dash.views.widgets import HOVER_TOOLTIP, HtmlPane, button
 from ckptdash.state.records import CheckpointInfo, MetricPoint
 
 ATTEMPT_COLORS: Final = ("#495057", "#1c7ed6", "#2b8a3e", "#e8590c", "#862e9c", "#0b7285")

@@ -9,9 +9,9 @@ from typing import Final
 
 from ckptdash import humanize as fmt
 from ckptdash.analysis import goodput as badput
-from ckptdash.dash.snapshot import RunSnapshot
-from ckptdash.dash.text import esc
-from ckptdash.dash.widgets import HtmlView
+from ckptdash.dash.feed.snapshot import RunSnapshot
+from ckptdash.dash.views.text import esc
+from ckptdash.dash.views.widgets import HtmlView
 
 COLORS: Final = {
     "productive": "#2f9e44",

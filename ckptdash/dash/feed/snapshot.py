@@ -1,6 +1,6 @@
 """Immutable snapshots of runs: what every session's views read.
 
-The watcher (:mod:`ckptdash.dash.watch`) owns every
+The watcher (:mod:`ckptdash.dash.feed.follow`) owns every
 :class:`~ckptdash.state.RunState` and, after each poll, turns the runs that
 changed into :class:`RunSnapshot` objects with a :class:`SnapshotBuilder`;
 every browser session (and the notebook widget) gets the same snapshots.

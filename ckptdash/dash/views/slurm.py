@@ -26,11 +26,11 @@ from typing import Any, Final
 
 import panel as pn
 
-from ckptdash.dash.controls import Controls, requeue_said
 from ckptdash.dash.delivery import Delivery
 from ckptdash.dash.model import DashModel
-from ckptdash.dash.text import esc
-from ckptdash.dash.widgets import button, confirmation, html_pane
+from ckptdash.dash.views.controls import Controls, requeue_said
+from ckptdash.dash.views.text import esc
+from ckptdash.dash.views.widgets import button, confirmation, html_pane
 from ckptdash.errors import ControlError
 from ckptdash.ops import slurm as slurm_admin
 from ckptdash.ops.slurm import JobStatus

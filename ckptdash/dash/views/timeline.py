@@ -26,10 +26,10 @@ from bokeh.plotting import figure
 
 from ckptdash import humanize as fmt
 from ckptdash.dash import goodput
+from ckptdash.dash.feed.snapshot import RunSnapshot
 from ckptdash.dash.model import DashModel
-from ckptdash.dash.snapshot import RunSnapshot
-from ckptdash.dash.text import esc
-from ckptdash.dash.widgets import HOVER_TOOLTIP
+from ckptdash.dash.views.text import esc
+from ckptdash.dash.views.widgets import HOVER_TOOLTIP
 
 TRIGGER_COLORS: Final = {
     "periodic": "#4c78a8",

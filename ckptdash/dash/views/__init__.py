@@ -17,12 +17,13 @@ from bokeh.models.widgets.tables import NumberFormatter
 
 from ckptdash import humanize as fmt
 from ckptdash.analysis import goodput as badput
-from ckptdash.dash import goodput, text
-from ckptdash.dash.frames import NUMBER, TEXT, typed_frame
+from ckptdash.dash import goodput
+from ckptdash.dash.feed.snapshot import RunSnapshot
 from ckptdash.dash.model import DashModel, rates, run_status
-from ckptdash.dash.snapshot import RunSnapshot
-from ckptdash.dash.text import esc
-from ckptdash.dash.widgets import HtmlPane, HtmlView, ReadOnlyTabulator
+from ckptdash.dash.views import text
+from ckptdash.dash.views.frames import NUMBER, TEXT, typed_frame
+from ckptdash.dash.views.text import esc
+from ckptdash.dash.views.widgets import HtmlPane, HtmlView, ReadOnlyTabulator
 
 STATUS_COLORS: Final = {
     "waiting": "#6c757d",

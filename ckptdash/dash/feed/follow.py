@@ -14,7 +14,7 @@ callback would wait until the cell ends).
 
 Polling mode exists for NFS and Lustre, where a write from another host
 raises no inotify event on this one. It is chosen by flag, or when the run
-directory's mount is a network filesystem (:mod:`ckptdash.dash.mounts`).
+directory's mount is a network filesystem (:mod:`ckptdash.dash.feed.mounts`).
 Polling is the tailer's own
 ``stat`` of each event file, which is cheaper than watchdog's
 ``PollingObserver`` (that one snapshots the whole tree, checkpoints included,
@@ -23,7 +23,7 @@ polls every ``refresh_s`` as a safety net, and to advance the clock that
 "last heartbeat 12 s ago" and stale detection read.
 
 One :class:`RunWatcher` per path serves every browser session:
-:class:`~ckptdash.dash.hub.WatcherHub` counts the sessions and stops the
+:class:`~ckptdash.dash.feed.hub.WatcherHub` counts the sessions and stops the
 watcher when the last one ends.
 """
 
@@ -53,8 +53,8 @@ from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver
 
 from ckptdash import control
-from ckptdash.dash.mounts import WatchMode, choose_mode
-from ckptdash.dash.snapshot import FolderSnapshot, RunSnapshot, SnapshotBuilder
+from ckptdash.dash.feed.mounts import WatchMode, choose_mode
+from ckptdash.dash.feed.snapshot import FolderSnapshot, RunSnapshot, SnapshotBuilder
 from ckptdash.errors import CkptDashError, RunDirError
 from ckptdash.events import Settings
 from ckptdash.rundir import CONTROL_DIR, EVENTS_DIR, RunDir, find_runs
