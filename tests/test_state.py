@@ -457,10 +457,10 @@ def test_state_module_imports_only_the_schema() -> None:
 
 
 def test_state_parts_import_only_the_schema_and_each_other() -> None:
-    """The modules RunState is split into (ckptdash/state_*.py) keep state.py's rule: the
+    """The modules RunState is split into (ckptdash/state/*.py) keep the package's rule: the
     stdlib, msgspec, ckptdash.events, the records and each other at run time; no Panel, no
     files."""
-    parts = sorted(Path(state_module.__file__ or "").parent.glob("state_*.py"))
+    parts = sorted(Path(state_module.__file__ or "").parent.glob("[!_]*.py"))
     assert len(parts) >= 6, parts
     for part in parts:
         imported = set()
@@ -471,6 +471,6 @@ def test_state_parts_import_only_the_schema_and_each_other() -> None:
                 imported.add(node.module)
         ours = {name for name in imported if name.split(".")[0] == "ckptdash"}
         allowed = {"ckptdash", "ckptdash.events", "ckptdash.state.records"}
-        assert all(n in allowed or n.startswith("ckptdash.state_") for n in ours), (part, ours)
+        assert all(n in allowed or n.startswith("ckptdash.state.") for n in ours), (part, ours)
         others = {name.split(".")[0] for name in imported} - {"ckptdash", "msgspec", "__future__"}
         assert others <= set(sys.stdlib_module_names), (part, others)
