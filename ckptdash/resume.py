@@ -27,8 +27,8 @@ from ckptdash.errors import CkptDashError
 from ckptdash.rundir import RUN_FILE, RunDir, manifest
 from ckptdash.rundir.hashing import checksum_file
 from ckptdash.state import RunState
+from ckptdash.state.reading import load_state
 from ckptdash.state.records import CheckpointInfo
-from ckptdash.tail import RunTailer
 
 ValidateMode = Literal["checksum", "size"]
 
@@ -41,15 +41,6 @@ class ResumeChoice:
     reason: str
     step: int | None = None
     skipped: list[tuple[str, str]] = field(default_factory=list)
-
-
-def load_state(run_dir: str | os.PathLike[str] | RunDir) -> RunState:
-    """Replay a run directory's whole event log into a :class:`RunState`."""
-    run = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
-    state = RunState(str(run.root), run.info().run_id, confine=True)
-    for batch in RunTailer(run).batches():
-        state.apply(batch)
-    return state
 
 
 def check_checkpoint(info: CheckpointInfo, validate: ValidateMode = "checksum") -> str | None:

@@ -16,11 +16,12 @@ import pytest
 
 from ckptdash import cli, control
 from ckptdash import events as ev
+from ckptdash.analysis import health
 from ckptdash.errors import CkptDashError
 from ckptdash.ops.watch import Watch, Webhook, act, parse_rules
-from ckptdash.resume import load_state
 from ckptdash.rundir import RunDir
 from ckptdash.rundir.writer import EventWriter
+from ckptdash.state.reading import load_state
 from tests.conftest import WaitUntil
 
 T0 = 1_764_430_000.0
@@ -274,3 +275,38 @@ def test_hold_fits_the_jobs_state(state: str, command: list[str] | None, ok: boo
     assert slurm.actions() == ([command] if command else [])
     if state == "COMPLETED":
         assert "COMPLETED" in what
+
+
+def test_watch_counts_the_same_checkpoints_as_health(run_dir: RunDir, tmp_path: Path) -> None:
+    """A checkpoint recorded outside the run's own folders never counts as progress, for
+    ``ckptdash watch`` as for ``ckptdash health``: four attempts fail at start-up, one of them
+    recorded a 'save' at step 999 in another user's folder; both raise restart_storm."""
+    elsewhere = tmp_path / "elsewhere" / "step=999.ckpt"
+    elsewhere.parent.mkdir()
+    elsewhere.write_bytes(b"x")
+    for a in range(4):
+        saved = (
+            ev.CheckpointSaved,
+            a * 30.0 + 1,
+            {
+                "path": str(elsewhere),
+                "trigger": "api",
+                "size_bytes": 1,
+                "duration_s": 0.0,
+                "step": 999,
+            },
+        )
+        write(
+            run_dir,
+            a,
+            (ev.RunStarted, a * 30.0, {"scheduler": "slurm", "job_id": "77"}),
+            *([saved] if a == 2 else []),
+            (ev.RunFailed, a * 30.0 + 2, {"error": "ImportError: no module named foo"}),
+        )
+    state = load_state(run_dir)
+    assert state.checkpoints[str(elsewhere)].status == "invalid"
+    assert "restart_storm" in {a.kind for a in health.detect(state, now=T0 + 100)}
+    watch = Watch(run_dir.root, runner=FakeSlurm(state="PENDING"), clock=lambda: T0 + 100)
+    fired = {f.alert.kind for f in watch.poll()}
+    watch.close()
+    assert "restart_storm" in fired

@@ -14,8 +14,8 @@ import pytest
 import ckptdash
 from ckptdash.analysis import goodput as badput
 from ckptdash.cli import main
-from ckptdash.resume import load_state
 from ckptdash.state import RunState
+from ckptdash.state.reading import load_state
 from ckptdash.tail import RunTailer
 
 T0 = 1_764_430_000.0

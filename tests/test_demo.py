@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ckptdash.resume import load_state
+from ckptdash.state.reading import load_state
 
 ENV = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from ckptdash._dev.testing import launch_chromium, require_chromium
-from ckptdash.resume import load_state
+from ckptdash.state.reading import load_state
 
 pytestmark = pytest.mark.ui
 

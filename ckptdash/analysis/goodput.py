@@ -281,7 +281,9 @@ def goodput(
     >>> print(f"{g.goodput:.1%} productive; lost work {g.badput.lost_work:.0f} s")
     >>> pd.DataFrame([a.to_dict() for a in g.attempts])      # one row per attempt
     """
-    from ckptdash.resume import load_state  # resume imports control: keep this module light
+    from ckptdash.state.reading import (
+        load_state,  # the state package reads files: keep import ckptdash light
+    )
 
     state = load_state(run_dir)
     return of_state(state, time.time() if now is None else now, stale_after_s=stale_after_s)

@@ -36,8 +36,9 @@ from ckptdash.cli import serve as cli_serve
 from ckptdash.cli.status import goodput_command, render_status, run_word, status_command
 from ckptdash.errors import CkptDashError
 from ckptdash.ops import slurm as slurm_admin
-from ckptdash.resume import choose_resume, find_recorded, load_state
+from ckptdash.resume import choose_resume, find_recorded
 from ckptdash.rundir import RunDir, find_runs
+from ckptdash.state.reading import load_state
 from ckptdash.terminal import one_line, printable_output
 
 __all__ = ["main", "render_status"]  # render_status: `ckptdash status RUN` in a notebook

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ckptdash.errors import CkptDashError
-from ckptdash.resume import load_state
+from ckptdash.state.reading import load_state
 from ckptdash.terminal import unfiltered
 
 if TYPE_CHECKING:

@@ -13,9 +13,9 @@ from ckptdash.analysis import health
 from ckptdash.analysis.health import Thresholds, parse_assignments
 from ckptdash.errors import CkptDashError
 from ckptdash.ops.watch import ACTIONS, Watch, Webhook, parse_rules, thresholds_for
-from ckptdash.resume import load_state
 from ckptdash.rundir import RunDir, find_runs
 from ckptdash.state import RunState
+from ckptdash.state.reading import load_state
 from ckptdash.terminal import one_line
 
 

@@ -18,10 +18,11 @@ from ckptdash import humanize as fmt
 from ckptdash.cli import health as health_cli
 from ckptdash.errors import CkptDashError
 from ckptdash.ops import slurm as slurm_admin
-from ckptdash.resume import choose_resume, load_state
+from ckptdash.resume import choose_resume
 from ckptdash.rundir import RunDir, find_runs
 from ckptdash.state import RunState
 from ckptdash.state.checkpoints import checkpoint_order
+from ckptdash.state.reading import load_state
 from ckptdash.state.records import SHOWN_STALE_AFTER_S, AttemptInfo
 from ckptdash.terminal import one_line
 

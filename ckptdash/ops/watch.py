@@ -45,6 +45,7 @@ from ckptdash.ops import slurm as slurm_admin
 from ckptdash.rundir import RunDir
 from ckptdash.rundir.writer import EventWriter
 from ckptdash.state import RunState
+from ckptdash.state.reading import new_state
 from ckptdash.tail import FolderTailer
 from ckptdash.terminal import one_line
 
@@ -294,7 +295,7 @@ class Watch:
         for root, batch in self._tailer.poll().items():
             run = self._runs.get(root)
             if run is None:
-                run = self._runs[root] = _Run(RunState(str(root)))
+                run = self._runs[root] = _Run(new_state(RunDir(root)))
                 run.state.apply(batch)
                 run.open = _open_alerts(run.state)  # a restarted watch does not fire again
             else:

@@ -26,9 +26,10 @@ from typing import Final, Literal
 
 from ckptdash import control
 from ckptdash.events import AnomalyDetected
-from ckptdash.resume import ValidateMode, check_checkpoint, load_state
+from ckptdash.resume import ValidateMode, check_checkpoint
 from ckptdash.rundir import RunDir
 from ckptdash.rundir.writer import EventWriter
+from ckptdash.state.reading import load_state
 from ckptdash.state.records import CheckpointInfo
 
 AnomalyAction = Literal["record", "stop", "rollback"]

@@ -14,6 +14,7 @@ from ckptdash import events as ev_
 from ckptdash.events import Event
 from ckptdash.rundir import RunDir
 from ckptdash.state import RunState
+from ckptdash.state.reading import new_state
 from ckptdash.tail import RunTailer
 
 _CKPT_TYPES: Final = frozenset(
@@ -43,7 +44,7 @@ class LogView:
 
     @classmethod
     def load(cls, run: RunDir) -> LogView:
-        view = cls(run, RunState(str(run.root), run.info().run_id, confine=True), RunTailer(run))
+        view = cls(run, new_state(run), RunTailer(run))
         for batch in view.tailer.batches():
             view._apply(batch.events)
             view.state.apply(batch)

@@ -17,7 +17,7 @@ from ckptdash import control
 from ckptdash._dev.sample import write_sample_run
 from ckptdash._dev.testing import ServeProcess, launch_chromium, require_chromium
 from ckptdash.dash.views.metrics import PLOT_NAME
-from ckptdash.resume import load_state
+from ckptdash.state.reading import load_state
 
 pytestmark = pytest.mark.ui
 

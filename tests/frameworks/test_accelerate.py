@@ -18,8 +18,9 @@ from accelerate.utils import ProjectConfiguration
 
 import ckptdash
 import ckptdash.accelerate
-from ckptdash.resume import choose_resume, load_state
+from ckptdash.resume import choose_resume
 from ckptdash.rundir import manifest
+from ckptdash.state.reading import load_state
 from tests.frameworks.launch import torchrun2
 
 pytestmark = pytest.mark.integration

@@ -11,8 +11,9 @@ import torch.distributed.checkpoint as dcp
 
 import ckptdash
 import ckptdash.dcp
-from ckptdash.resume import choose_resume, load_state
+from ckptdash.resume import choose_resume
 from ckptdash.rundir import manifest
+from ckptdash.state.reading import load_state
 from tests.frameworks.launch import torchrun2
 
 pytestmark = [

@@ -23,8 +23,8 @@ import ckptdash
 from ckptdash import control
 from ckptdash.events import decode_metrics
 from ckptdash.hf import CkptDashCallback
-from ckptdash.resume import load_state
 from ckptdash.rundir import manifest
+from ckptdash.state.reading import load_state
 from tests.frameworks.hf_tiny import trainer
 from tests.frameworks.launch import torchrun2
 from tests.train.helpers import fake_scontrol, slurm_env

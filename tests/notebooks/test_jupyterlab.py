@@ -40,7 +40,7 @@ from ckptdash._dev.testing import (
     launch_chromium,
     offline_jupyter_home,
 )
-from ckptdash.resume import load_state
+from ckptdash.state.reading import load_state
 
 pytestmark = [pytest.mark.notebook, pytest.mark.ui]
 

@@ -12,7 +12,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from ckptdash.resume import load_state
+from ckptdash.state.reading import load_state
 
 pytestmark = pytest.mark.notebook
 NOTEBOOKS = Path(__file__).parents[2] / "notebooks"

@@ -43,7 +43,7 @@ pytestmark = [pytest.mark.notebook, pytest.mark.ui]
 from playwright.sync_api import Page, Route, expect, sync_playwright  # noqa: E402
 
 from ckptdash._dev.testing import launch_chromium, offline_jupyter_home  # noqa: E402
-from ckptdash.resume import load_state  # noqa: E402
+from ckptdash.state.reading import load_state  # noqa: E402
 
 # Cell 1 as a user writes it: the run directory does not exist yet (the training creates it).
 WIDGET_CELL = """\

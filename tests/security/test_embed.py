@@ -24,7 +24,7 @@ def test_tooltips_hold_only_escaped_event_text(hostile: Path) -> None:
     """The timeline's tooltips show ``desc`` as HTML (for its line breaks): every one is the
     event text escaped, so the payloads are text there too (``title`` is escaped by Bokeh)."""
     from ckptdash.dash.feed.snapshot import SnapshotBuilder
-    from ckptdash.resume import load_state
+    from ckptdash.state.reading import load_state
 
     snap = SnapshotBuilder(str(hostile)).take(
         load_state(hostile), sightings=0, settings=None, settings_error="", settings_key=()

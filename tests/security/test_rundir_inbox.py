@@ -17,8 +17,8 @@ import pytest
 from ckptdash import Monitor, control
 from ckptdash.cli import main as cli
 from ckptdash.events import Event
-from ckptdash.resume import load_state
 from ckptdash.rundir import RunDir
+from ckptdash.state.reading import load_state
 from ckptdash.tail import RunTailer
 
 ROOT = Path(__file__).resolve().parents[2]

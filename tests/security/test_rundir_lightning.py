@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from ckptdash.resume import load_state
 from ckptdash.rundir import RunDir
+from ckptdash.state.reading import load_state
 from tests.security.test_rundir_records import _forge
 from tests.train.test_lightning import Tiny, callback, trainer
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from ckptdash import Monitor, tail
 from ckptdash.cli import main as cli
-from ckptdash.resume import load_state
 from ckptdash.rundir import RunDir
+from ckptdash.state.reading import load_state
 from ckptdash.tail import RunTailer
 
 BIG = 200 << 20

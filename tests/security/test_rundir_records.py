@@ -13,9 +13,9 @@ from ckptdash import Monitor, choose_resume, control
 from ckptdash.cli import main as cli
 from ckptdash.dash.feed.follow import RunWatcher
 from ckptdash.events import CheckpointSaved, encode
-from ckptdash.resume import load_state
 from ckptdash.rundir import RunDir
 from ckptdash.rundir.hashing import checksum_file
+from ckptdash.state.reading import load_state
 from ckptdash.tail import RunTailer
 
 

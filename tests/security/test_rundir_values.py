@@ -18,8 +18,8 @@ from ckptdash.dash.app import Dashboard, DashOptions
 from ckptdash.dash.feed.follow import RunWatcher
 from ckptdash.dash.feed.hub import WatcherHub
 from ckptdash.events import decode_metrics
-from ckptdash.resume import load_state
 from ckptdash.rundir import RunDir
+from ckptdash.state.reading import load_state
 
 ROOT = Path(__file__).resolve().parents[2]
 MAX_TIME = 2.0**32  # the latest time and longest duration a line may hold (docs/format.md)

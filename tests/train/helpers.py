@@ -12,8 +12,8 @@ from typing import Any
 import torch
 
 import ckptdash
-from ckptdash.resume import load_state
 from ckptdash.state import RunState
+from ckptdash.state.reading import load_state
 
 
 def fake_scontrol(bin_dir: Path, log: Path, exit_code: int = 0) -> None:

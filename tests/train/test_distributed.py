@@ -24,9 +24,10 @@ import pytest
 import torch
 
 from ckptdash import control
-from ckptdash.resume import check_checkpoint, load_state
+from ckptdash.resume import check_checkpoint
 from ckptdash.rundir import manifest
 from ckptdash.state import RunState
+from ckptdash.state.reading import load_state
 from tests.conftest import WaitUntil
 from tests.train.helpers import fake_scontrol, slurm_env
 

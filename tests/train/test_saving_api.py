@@ -14,8 +14,9 @@ import torch
 import ckptdash
 from ckptdash import control
 from ckptdash.errors import SaveError
-from ckptdash.resume import choose_resume, load_state
+from ckptdash.resume import choose_resume
 from ckptdash.rundir import manifest
+from ckptdash.state.reading import load_state
 
 FAST = {"agree_interval_s": 1e-6, "poll_interval_s": 1e-6, "install_signals": False}
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ckptdash.resume import load_state
 from ckptdash.rundir import RunDir
 from ckptdash.rundir.writer import EventWriter
+from ckptdash.state.reading import load_state
 from ckptdash.train.config import TrainConfig
 from ckptdash.train.pulse import Pulser
 from ckptdash.train.session import Session

@@ -59,6 +59,7 @@ from ckptdash.errors import CkptDashError, RunDirError
 from ckptdash.events import Settings
 from ckptdash.rundir import CONTROL_DIR, EVENTS_DIR, RunDir, find_runs
 from ckptdash.state import RunState
+from ckptdash.state.reading import new_state
 from ckptdash.tail import RunTailer
 
 log = logging.getLogger(__name__)
@@ -421,13 +422,7 @@ class RunWatcher:
         for rd in runs:
             root = str(rd.root)
             if root not in self._runs:
-                try:
-                    run_id = rd.info().run_id
-                except RunDirError:
-                    run_id = ""
-                self._runs[root] = _Run(
-                    rd, RunTailer(rd), RunState(root, run_id, confine=True), SnapshotBuilder(root)
-                )
+                self._runs[root] = _Run(rd, RunTailer(rd), new_state(rd), SnapshotBuilder(root))
 
     def _read_settings(self, run: _Run) -> bool:
         """Re-read settings.json when it changed (a stat per poll); True if it did."""
