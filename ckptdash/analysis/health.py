@@ -116,6 +116,18 @@ class Thresholds:
         return replace(self, **out)
 
 
+def resolve_thresholds(
+    run_settings: Mapping[str, Any], overrides: Mapping[str, Any], settings_file: str = ""
+) -> Thresholds:
+    """A run's thresholds: the defaults, then its settings' ``health`` (``run_settings``, read
+    from ``settings_file``), then ``overrides`` (the command line wins). Pure: the caller reads
+    the settings file; an unknown name or a bad value raises naming where it came from."""
+    th = Thresholds().updated(
+        dict(run_settings), where=f"{settings_file}:" if settings_file else ""
+    )
+    return th.updated(dict(overrides), where="command line:")
+
+
 def parse_assignments(items: list[str]) -> dict[str, str]:
     """``["hung_after_s=120"]`` → ``{"hung_after_s": "120"}`` (``--threshold`` values)."""
     out = {}

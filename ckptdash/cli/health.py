@@ -12,7 +12,7 @@ from ckptdash import control
 from ckptdash.analysis import health
 from ckptdash.analysis.health import Thresholds, parse_assignments
 from ckptdash.errors import CkptDashError
-from ckptdash.ops.watch import ACTIONS, Watch, Webhook, parse_rules, thresholds_for
+from ckptdash.ops.watch import ACTIONS, Watch, Webhook, parse_rules
 from ckptdash.rundir import RunDir, find_runs
 from ckptdash.state import RunState
 from ckptdash.state.reading import load_state
@@ -42,9 +42,14 @@ def overrides(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def thresholds_of(run: RunDir, changes: dict[str, Any]) -> Thresholds:
+    """``run``'s thresholds, read fresh from its settings, with the command line's ``changes``."""
+    return health.resolve_thresholds(control.read_settings(run).health, changes, str(run.settings))
+
+
 def alerts_of(run: RunDir, state: RunState, args: argparse.Namespace) -> list[dict[str, Any]]:
     """The alerts that hold for ``state`` now, as ``status --json`` lists them."""
-    return [a.to_dict() for a in health.detect(state, thresholds_for(run, overrides(args)))]
+    return [a.to_dict() for a in health.detect(state, thresholds_of(run, overrides(args)))]
 
 
 def add_commands(sub: Any) -> None:
@@ -119,7 +124,7 @@ def _health(args: argparse.Namespace) -> int:
         Thresholds().updated({**current, **changes}, where="--set:")
         current.update({k: float(v) for k, v in changes.items()})
         control.update_settings(run, health=current)
-    th = thresholds_for(run, {})
+    th = thresholds_of(run, {})
     stored = control.read_settings(run).health
     for name, value in vars(th).items():
         mark = "  (run setting)" if name in stored else ""

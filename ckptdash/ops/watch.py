@@ -68,10 +68,11 @@ def parse_rules(items: list[str]) -> dict[str, str]:
 
 
 def thresholds_for(run: RunDir, overrides: dict[str, Any]) -> Thresholds:
-    """The run's thresholds: defaults, then its settings' ``health``, then ``overrides``."""
-    settings = control.read_settings(run)
-    th = Thresholds().updated(dict(settings.health), where=f"{run.settings}:")
-    return th.updated(overrides, where="command line:")
+    """The run's thresholds (:func:`~ckptdash.analysis.health.resolve_thresholds` over its
+    settings file, read fresh)."""
+    return health.resolve_thresholds(
+        control.read_settings(run).health, overrides, str(run.settings)
+    )
 
 
 def who() -> str:
