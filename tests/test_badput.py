@@ -222,6 +222,17 @@ def test_cli_json_has_exactly_the_documented_keys(
         "goodput",
         "badput_s",
         "attempts",
+        "preemption",
+    }
+    assert set(one["preemption"]) == {
+        "preemptions",
+        "without_signal",
+        "lost_s",
+        "save_cost_s",
+        "interval_s",
+        "mtbf_s",
+        "young_s",
+        "daly_s",
     }
     assert list(one["badput_s"]) == CAUSES
     assert set(one["attempts"][0]) == {
@@ -267,3 +278,20 @@ def _decode(rows: list[dict[str, Any]]) -> list[Any]:
     from ckptdash.events import decode_lines
 
     return decode_lines("".join(json.dumps(r) + "\n" for r in rows).encode())
+
+
+def test_goodput_gives_the_preemption_cost_and_interval_advice(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What a preemption cost and the Young/Daly interval, which only the dashboard showed, are
+    printed by `ckptdash goodput` and returned by `ckptdash.goodput()` with the same figures."""
+    import ckptdash
+
+    run = write_run(tmp_path / "run", SIGNALLED)
+    g = ckptdash.goodput(run)
+    assert g.preemption is not None
+    assert len(g.preemption.preemptions) == 1
+    assert main(["goodput", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "preemptions: 1, work lost" in out
+    assert "checkpoint interval" in out

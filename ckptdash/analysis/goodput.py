@@ -29,9 +29,11 @@ import math
 import os
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
+from ckptdash.analysis import preemption
+from ckptdash.analysis.preemption import PreemptionCost
 from ckptdash.state import RunState
 from ckptdash.state.records import AttemptInfo, AttemptTimes
 
@@ -120,6 +122,9 @@ class RunGoodput:
     run_id: str = ""
     running: bool = False
     """The newest attempt is running: the wall time ends at *now*."""
+    preemption: PreemptionCost | None = None
+    """What preemptions cost and the checkpoint interval that would cost least
+    (:mod:`ckptdash.analysis.preemption`); ``None`` where computed from attempts alone."""
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON of ``ckptdash goodput --json`` (keys exactly as docs/goodput.md lists)."""
@@ -132,6 +137,7 @@ class RunGoodput:
             "goodput": self.goodput,
             "badput_s": self.badput.to_dict(),
             "attempts": [a.to_dict() for a in self.attempts],
+            "preemption": None if self.preemption is None else self.preemption.to_dict(),
         }
 
 
@@ -256,8 +262,8 @@ def _share(part: float, whole: float) -> float | None:
 def of_state(
     state: RunState, now: float | None = None, *, stale_after_s: float = STALE_AFTER_S
 ) -> RunGoodput:
-    """:func:`compute` for a replayed run state."""
-    return compute(
+    """:func:`compute` for a replayed run state, with what its preemptions cost."""
+    result = compute(
         list(state.attempts.values()),
         state.attempt_times(),
         now,
@@ -265,6 +271,7 @@ def of_state(
         run=state.root,
         run_id=state.run_id,
     )
+    return replace(result, preemption=preemption.compute(preemption.records_of(state)))
 
 
 def goodput(
@@ -327,4 +334,22 @@ def render(g: RunGoodput) -> str:
     widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(header)]
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
     table = [fmt.format(*header), *(fmt.format(*r) for r in rows)] if rows else ["no attempts"]
-    return "\n".join([head, total, causes, "", *table])
+    advice = [] if g.preemption is None else render_preemption(g.preemption)
+    return "\n".join([head, total, causes, *advice, "", *table])
+
+
+def render_preemption(p: PreemptionCost) -> list[str]:
+    """What preemptions cost and the interval advice, as ``ckptdash goodput`` prints them."""
+    n = len(p.preemptions)
+    unwarned = f" ({p.unwarned} without a signal)" if p.unwarned else ""
+    lines = [f"preemptions: {n}{unwarned}, work lost {_dur(p.lost_s) if n else '-'}"]
+    if p.young_s is not None and p.daly_s is not None:
+        mine = _dur(p.interval_s) if p.interval_s is not None else "no periodic saves"
+        lines.append(
+            f"checkpoint interval: this run {mine}; Young {_dur(p.young_s)}, Daly"
+            f" {_dur(p.daly_s)} (save cost {_dur(p.save_cost_s or 0.0)},"
+            f" MTBF {_dur(p.mtbf_s or 0.0)})"
+        )
+    else:
+        lines.append("checkpoint interval advice (Young/Daly): needs a preemption and a timed save")
+    return lines

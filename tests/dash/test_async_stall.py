@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ckptdash.dash import goodput
+from ckptdash.analysis import preemption
 from ckptdash.dash.views.checkpoints import checkpoint_frame
 from tests.dash.conftest import Scenario, preempted_run, saved
 
@@ -32,7 +32,7 @@ def test_goodput_counts_only_the_stall_of_a_background_save(scenario: Scenario) 
         for e in preempted_run()
     ]
     scenario.add(*run)
-    g = goodput.compute(scenario.snapshot())
+    g = preemption.compute(scenario.snapshot())
     assert g.saves == 4
     assert g.saving_share == pytest.approx(4 * 0.1 / g.wall_s)
     assert g.save_cost_s == pytest.approx(0.1)

@@ -19,7 +19,7 @@ def test_importing_ckptdash_and_the_plain_parts_does_not_import_panel() -> None:
     """`import ckptdash` and the model, goodput and watcher modules never load Panel or Bokeh;
     `ckptdash.dashboard` loads it on first use."""
     code = (
-        "import sys, ckptdash, ckptdash.dash, ckptdash.dash.model, ckptdash.dash.goodput,"
+        "import sys, ckptdash, ckptdash.dash, ckptdash.dash.model, ckptdash.analysis.preemption,"
         " ckptdash.dash.feed.follow, ckptdash.dash.feed.hub\n"
         "assert 'panel' not in sys.modules and 'bokeh' not in sys.modules, 'panel imported'\n"
         "assert callable(ckptdash.dashboard) and 'panel' in sys.modules\n"

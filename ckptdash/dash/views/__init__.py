@@ -17,7 +17,7 @@ from bokeh.models.widgets.tables import NumberFormatter
 
 from ckptdash import humanize as fmt
 from ckptdash.analysis import goodput as badput
-from ckptdash.dash import goodput
+from ckptdash.analysis import preemption
 from ckptdash.dash.feed.snapshot import RunSnapshot
 from ckptdash.dash.model import DashModel, rates, run_status
 from ckptdash.dash.views import text
@@ -228,10 +228,10 @@ class GoodputView(HtmlView):
 
     def html(self) -> str:
         snap = self.model.run
-        return "" if snap is None else render_goodput(goodput.compute(snap))
+        return "" if snap is None else render_goodput(preemption.compute(snap))
 
 
-def render_goodput(g: goodput.Goodput) -> str:
+def render_goodput(g: preemption.PreemptionCost) -> str:
     """The goodput panel's HTML."""
     d = fmt.duration
     lines = [
@@ -281,7 +281,7 @@ def render_goodput(g: goodput.Goodput) -> str:
     return '<div class="ck">' + "".join(lines) + "</div>"
 
 
-def _preemption_row(p: goodput.Preemption) -> str:
+def _preemption_row(p: preemption.Preemption) -> str:
     d = fmt.duration
     requeue = "" if p.requeue_t is None else (" issued" if p.requeue_issued else " refused")
     steps = "" if p.lost_steps is None else f" ({p.lost_steps} steps)"

@@ -25,7 +25,7 @@ from bokeh.models import ColumnDataSource, HoverTool
 from bokeh.plotting import figure
 
 from ckptdash import humanize as fmt
-from ckptdash.dash import goodput
+from ckptdash.analysis import preemption
 from ckptdash.dash.feed.snapshot import RunSnapshot
 from ckptdash.dash.model import DashModel
 from ckptdash.dash.views.text import esc
@@ -198,7 +198,7 @@ def _exception_markers(ex: Columns, snap: RunSnapshot, offset_s: float) -> None:
 
 def _margin_bars(mg: Columns, snap: RunSnapshot, offset_s: float) -> None:
     """Each preemption's margin: from the signal to the requeue (or the save, or the end)."""
-    for p in goodput.preemptions(snap):
+    for p in preemption.preemptions(snap):
         if p.signal_t is None:
             continue
         end = p.requeue_t or p.saved_t or p.end_t

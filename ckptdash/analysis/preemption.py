@@ -1,6 +1,8 @@
-"""Goodput: what preemptions cost a run, and the checkpoint interval that would cost least.
+"""What preemptions cost a run, and the checkpoint interval that would cost least.
 
-Pure functions over a :class:`~ckptdash.dash.feed.snapshot.RunSnapshot`; no Panel.
+Pure functions over a run's records (:class:`RunRecords`: the dashboard's snapshot is one,
+:func:`records_of` makes one from a replayed :class:`~ckptdash.state.RunState`); no Panel, no
+files. ``ckptdash goodput`` prints it, :func:`ckptdash.goodput` returns it (``.preemption``).
 
 * **Work lost per preemption**: training time from the attempt's last durable
   checkpoint (or its start, if it saved none) to the kill. A preemption caught
@@ -22,10 +24,51 @@ from __future__ import annotations
 import itertools
 import math
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
-from ckptdash.dash.feed.snapshot import RunSnapshot
-from ckptdash.state.records import AttemptInfo, CheckpointInfo
+from ckptdash.state.checkpoints import checkpoint_order
+from ckptdash.state.records import AttemptInfo, CheckpointInfo, RequeueInfo, SignalInfo
+
+if TYPE_CHECKING:
+    from ckptdash.state import RunState
+
+
+class RunRecords(Protocol):
+    """What the preemption figures read of a run: its attempts (oldest first), checkpoints,
+    signals and requeues."""
+
+    @property
+    def attempts(self) -> Sequence[AttemptInfo]: ...
+    @property
+    def checkpoints(self) -> Sequence[CheckpointInfo]: ...
+    @property
+    def signals(self) -> Sequence[SignalInfo]: ...
+    @property
+    def requeues(self) -> Sequence[RequeueInfo]: ...
+
+
+@dataclass(frozen=True)
+class Records:
+    """A run's records as :class:`RunRecords`, copied out of a state."""
+
+    attempts: Sequence[AttemptInfo]
+    checkpoints: Sequence[CheckpointInfo]
+    signals: Sequence[SignalInfo]
+    requeues: Sequence[RequeueInfo]
+
+
+def records_of(state: RunState) -> Records:
+    """The records of a replayed run, in the order the dashboard lists them (checkpoints newest
+    first)."""
+    return Records(
+        attempts=tuple(state.attempts[n] for n in sorted(state.attempts)),
+        checkpoints=tuple(sorted(state.checkpoints.values(), key=checkpoint_order, reverse=True)),
+        signals=tuple(state.signals),
+        requeues=tuple(state.requeues),
+    )
+
 
 _PREEMPTED_REASONS = frozenset({"preempted", "terminated"})
 
@@ -69,7 +112,7 @@ class Preemption:
 
 
 @dataclass(frozen=True)
-class Goodput:
+class PreemptionCost:
     """The run's goodput figures; see the module docstring for the definitions."""
 
     wall_s: float
@@ -83,6 +126,19 @@ class Goodput:
     mtbf_s: float | None
     young_s: float | None
     daly_s: float | None
+
+    def to_dict(self) -> dict[str, float | int | None]:
+        """The ``preemption`` object of ``ckptdash goodput --json`` (docs/goodput.md)."""
+        return {
+            "preemptions": len(self.preemptions),
+            "without_signal": self.unwarned,
+            "lost_s": self.lost_s,
+            "save_cost_s": self.save_cost_s,
+            "interval_s": self.interval_s,
+            "mtbf_s": self.mtbf_s,
+            "young_s": self.young_s,
+            "daly_s": self.daly_s,
+        }
 
     @property
     def saving_share(self) -> float | None:
@@ -129,7 +185,7 @@ def expected_waste(interval_s: float, cost_s: float, mtbf_s: float) -> float:
     return cost_s / interval_s + interval_s / (2.0 * mtbf_s)
 
 
-def preemptions(snap: RunSnapshot) -> list[Preemption]:
+def preemptions(snap: RunRecords) -> list[Preemption]:
     """Every attempt that a scheduler ended: signalled, ended ``preempted``/``terminated``,
     or lost (a later attempt started though it never said it ended)."""
     out = []
@@ -181,7 +237,7 @@ def preemptions(snap: RunSnapshot) -> list[Preemption]:
     return out
 
 
-def compute(snap: RunSnapshot) -> Goodput:
+def compute(snap: RunRecords) -> PreemptionCost:
     """The run's goodput figures (see the module docstring)."""
     wall = 0.0
     for a in snap.attempts:
@@ -200,7 +256,7 @@ def compute(snap: RunSnapshot) -> Goodput:
     young = daly = None
     if cost is not None and mtbf is not None and cost > 0:
         young, daly = young_interval(cost, mtbf), daly_interval(cost, mtbf)
-    return Goodput(
+    return PreemptionCost(
         wall_s=wall,
         saving_s=saving,
         saves=saves,
@@ -218,7 +274,7 @@ def _stall(c: CheckpointInfo) -> float:
     return c.blocking_s if c.blocking_s is not None else c.duration_s or 0.0
 
 
-def _saves_of(snap: RunSnapshot, a: AttemptInfo) -> list[CheckpointInfo]:
+def _saves_of(snap: RunRecords, a: AttemptInfo) -> list[CheckpointInfo]:
     """The attempt's durable saves, oldest first (whatever happened to the files later)."""
     saves = [
         c
@@ -228,7 +284,7 @@ def _saves_of(snap: RunSnapshot, a: AttemptInfo) -> list[CheckpointInfo]:
     return sorted(saves, key=lambda c: c.t or 0.0)
 
 
-def _resumed_step(snap: RunSnapshot, a: AttemptInfo) -> int | None:
+def _resumed_step(snap: RunRecords, a: AttemptInfo) -> int | None:
     if a.resumed_from is None:
         return 0
     return next((c.step for c in snap.checkpoints if c.path == a.resumed_from), None)
