@@ -4,9 +4,10 @@ The supported modules (what the README and docs/ use; everything else is interna
 move between releases):
 
 * ``ckptdash`` — this package: :class:`Monitor` for a plain loop, :class:`TrainConfig`,
-  the resume rule (:func:`resume_path`, :func:`choose_resume`), :func:`goodput`,
-  :func:`dashboard` and the exceptions (all of :mod:`ckptdash.errors` derive from
-  :class:`CkptDashError`).
+  the resume rule (:func:`resume_path`, :func:`choose_resume`), the read API for notebooks
+  and scripts (:func:`load_state`, :func:`status`, :func:`checkpoints`, :func:`alerts`,
+  :func:`goodput`, :func:`write_sample_run`; see :mod:`ckptdash.read`), :func:`dashboard`
+  and the exceptions (all of :mod:`ckptdash.errors` derive from :class:`CkptDashError`).
 * ``ckptdash.lightning``, ``ckptdash.hf``, ``ckptdash.accelerate``, ``ckptdash.dcp``,
   ``ckptdash.submitit`` — one module per framework; each imports its framework, so each
   loads only when first named (``ckptdash.hf.CkptDashCallback``).
@@ -36,12 +37,8 @@ from ckptdash.errors import (
     RunDirError,
     SaveError,
 )
+from ckptdash.read import alerts, checkpoints, load_state, status, write_sample_run
 from ckptdash.resume import ResumeChoice, choose_resume, resume_path
-
-# The `X as X` imports stay importable here as before, outside __all__ (see the docstring).
-from ckptdash.rundir import RunDir as RunDir
-from ckptdash.rundir import atomic_write as atomic_write
-from ckptdash.rundir.writer import EventWriter as EventWriter
 from ckptdash.train.config import ConfigError, TrainConfig
 from ckptdash.train.monitor import Monitor
 
@@ -59,10 +56,15 @@ __all__ = [
     "RunGoodput",
     "SaveError",
     "TrainConfig",
+    "alerts",
+    "checkpoints",
     "choose_resume",
     "dashboard",
     "goodput",
+    "load_state",
     "resume_path",
+    "status",
+    "write_sample_run",
 ]
 __version__ = "0.1.0"
 
