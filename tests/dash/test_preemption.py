@@ -1,4 +1,5 @@
-"""Goodput: work lost per preemption, saving share, preemption rate, Young/Daly interval."""
+"""What preemptions cost (ckptdash.analysis.preemption) on dashboard scenarios: work lost per
+preemption, saving share, preemption rate, Young/Daly interval."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Every rank's pulse and the in-job watchdog (ckptdash.train.pulse, Session wiring)."""
+"""Every rank's pulse and the in-job hang check (ckptdash.train.pulse, Session wiring)."""
 
 from __future__ import annotations
 
