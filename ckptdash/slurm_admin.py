@@ -21,6 +21,11 @@ dashboard and the CLI run on), these functions ask SLURM directly:
 :func:`job_status` asks SLURM about it and answers a :class:`JobStatus` (SLURM's view, or why
 there is none), which ``ckptdash status`` prints and the dashboard's SLURM panel shows.
 
+Every action on a job (``ckptdash watch --on``, the dashboard's buttons, ``ckptdash requeue``)
+first passes :func:`verify_job`: SLURM must say the job runs as the acting user, and a job id
+read from a run's log must be vouched for by a ``run_started`` in a file and folder of the
+run owned by that user (:mod:`ckptdash.job_evidence`); otherwise :class:`SlurmRefused` says why.
+
 Job ids are SLURM's: ``12345``, or ``12345_7`` for one array task (as ckptdash records them).
 Every failure raises :class:`SlurmError` with one line naming the job and the fix;
 :class:`SlurmUnavailable` means SLURM's commands cannot be used from here at all (not
@@ -30,6 +35,7 @@ view", not as a broken job.
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import shutil
@@ -39,7 +45,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ckptdash import job_evidence
 from ckptdash.errors import SlurmError as SlurmError  # raised to callers as slurm_admin.SlurmError
+from ckptdash.errors import SlurmRefused as SlurmRefused
 from ckptdash.errors import SlurmUnavailable as SlurmUnavailable
 
 TIMEOUT_S = 10.0
@@ -81,6 +89,7 @@ _UNAVAILABLE = (
 _UNKNOWN_JOB = "Invalid job id specified"
 _JOB_ID = re.compile(r"^\d+(_\d+)?$")
 _KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_:/]*)=")
+_USER_ID = re.compile(r"^(.*)\((\d+)\)$")  # UserId=alice(1001)
 
 Runner = Callable[[Sequence[str], float], tuple[int, str]]
 """Runs argv with a timeout; returns (exit status, stdout+stderr). Raises OSError if absent."""
@@ -275,6 +284,62 @@ def job_view(job_id: str, *, runner: Runner | None = None) -> JobView | None:
         restarts=int(restarts) if restarts.isdigit() else None,
         fields=fields,
     )
+
+
+def verify_job(
+    job_id: str,
+    *,
+    run_root: str | os.PathLike[str] | None = None,
+    runner: Runner | None = None,
+) -> JobView | None:
+    """SLURM's view of ``job_id`` if ckptdash may act on it; :class:`SlurmRefused` if not.
+
+    The rule, for every action (watch's ``--on``, the dashboard's buttons, the CLI):
+
+    * SLURM's answer is about this very job (``JobId``, or ``ArrayJobId_ArrayTaskId`` for an
+      array task, equals ``job_id``), and its ``UserId`` is the acting user (the effective uid
+      of this process): ckptdash never uses an operator's rights on someone else's job;
+    * with ``run_root`` (the job id was read from that run's log), the run itself started the
+      job: a ``run_started`` naming it opens a rank-0 event file owned by the job's user, in an
+      ``events/`` folder owned by the job's user (see :mod:`ckptdash.job_evidence`). A group
+      member can write a log naming any job, but cannot make a file that the owner owns.
+
+    ``run_root=None`` is for a job the user named on the command line (``--job``): only the
+    first rule applies. None (nothing refused, nothing to act on): SLURM does not know the job.
+    """
+    job = check_job_id(job_id)
+    view = job_view(job, runner=runner)
+    if view is None:
+        return None
+    fields = view.fields
+    array = f"{fields.get('ArrayJobId', '')}_{fields.get('ArrayTaskId', '')}"
+    if job not in (fields.get("JobId"), array):
+        raise SlurmRefused(
+            f"slurm job {job}: `scontrol show job {job}` answered about job"
+            f" {fields.get('JobId', '?')}: not acting on it"
+        )
+    match = _USER_ID.match(fields.get("UserId", ""))
+    if match is None:
+        raise SlurmRefused(
+            f"slurm job {job}: SLURM did not say whose job it is (UserId"
+            f" {fields.get('UserId', 'missing')!r}): not acting on it"
+        )
+    user, uid = match.group(1), int(match.group(2))
+    me = os.geteuid()
+    if uid != me:
+        raise SlurmRefused(
+            f"slurm job {job} belongs to {user} (uid {uid}), not to you (uid {me}): ckptdash"
+            " acts only on your own jobs"
+        )
+    if run_root is not None:
+        why = job_evidence.gather(run_root, job).refusal(job, uid)
+        if why:
+            raise SlurmRefused(
+                f"slurm job {job}: not started by the run {os.fspath(run_root)}: {why}; not"
+                " acting on it (if it is yours, name it: `ckptdash requeue RUN_DIR --job"
+                f" {job} ...`)"
+            )
+    return view
 
 
 def hold(job_id: str, *, runner: Runner | None = None) -> JobView:
