@@ -10,8 +10,11 @@ A candidate is valid when its file still exists, its size matches the
 ``checkpoint_saved`` event, and (in ``checksum`` mode) its checksum matches.
 A directory checkpoint is valid when its manifest matches the recorded digest
 and every file it lists is there, unchanged (see :mod:`ckptdash.manifest`).
-Every candidate that fails is reported with the reason. Validation reads
-bytes; it never unpickles anything.
+A directory checkpoint must also be safe to load (:mod:`ckptdash.load_safety`): a DCP
+``.metadata`` must unpickle with DCP's own classes only and its non-tensor values with
+``weights_only=True``; any other directory must be written by the job's user alone.
+Every candidate that fails is reported with the reason. Validation never unpickles
+anything but DCP's metadata and values, under those restrictions.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
-from ckptdash import control, manifest
+from ckptdash import control, load_safety, manifest
 from ckptdash.errors import CkptDashError
 from ckptdash.hashing import checksum_file
 from ckptdash.records import CheckpointInfo
@@ -57,7 +60,7 @@ def check_checkpoint(info: CheckpointInfo, validate: ValidateMode = "checksum") 
     path = Path(info.path)
     try:
         if path.is_dir():
-            return _check_directory(path, info, validate)
+            return _check_directory(path, info, validate) or _load_refusal(path, info, validate)
         size = path.stat().st_size
     except FileNotFoundError:
         return "file is missing"
@@ -88,6 +91,14 @@ def _check_directory(path: Path, info: CheckpointInfo, validate: ValidateMode) -
         )
     size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
     return None if size == info.size_bytes else f"size {size} != recorded {info.size_bytes}"
+
+
+def _load_refusal(path: Path, info: CheckpointInfo, validate: ValidateMode) -> str | None:
+    """Why loading the directory could run code (see :mod:`ckptdash.load_safety`), or None."""
+    if os.path.lexists(path / load_safety.DCP_METADATA):
+        return load_safety.dcp_refusal(path)
+    verified = validate == "checksum" and bool(info.checksum)
+    return load_safety.directory_refusal(path, checksums_verified=verified)
 
 
 def choose_resume(
