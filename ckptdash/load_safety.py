@@ -10,7 +10,8 @@ checkpoint is loaded by its framework's own code, and two of those unpickle:
   ``.metadata`` is accepted only when ``.metadata`` unpickles under :class:`DcpMetadataUnpickler`
   (the classes DCP itself writes, nothing else) and every BYTE_IO item loads with
   ``torch.load(weights_only=True)``: then the loads ``dcp.load`` does meet the same few
-  harmless constructors.
+  harmless constructors. A DCP directory holding other files too (Lightning's ``meta.pt``)
+  must also pass the rule below, since another loader reads those.
 * **any other directory** (Accelerate's ``checkpoint_N`` with its ``custom_checkpoint_*.pkl``
   and RNG states, a Hugging Face ``checkpoint-N``): its loaders are the framework's, so the
   rule is about who could have written it. Every file and folder in it must belong to the
@@ -102,6 +103,18 @@ def dcp_refusal(path: str | os.PathLike[str]) -> str | None:
         if isinstance(item, BytesStorageMetadata) and (why := _byte_item_refusal(root, info)):
             return f"DCP value {fqn!r}: {why}"
     return None
+
+
+def only_dcp_files(path: str | os.PathLike[str]) -> bool:
+    """Whether the directory holds nothing but what DCP writes (``.metadata``, ``*.distcp``)
+    and ckptdash's manifest: any other file is read by some other loader (Lightning's
+    ``meta.pt``), so :func:`directory_refusal` applies to the directory as well."""
+    try:
+        with os.scandir(path) as it:
+            names = [e.name for e in it]
+    except OSError:
+        return False
+    return all(n in (DCP_METADATA, MANIFEST_NAME) or n.endswith(".distcp") for n in names)
 
 
 def _byte_item_refusal(root: Path, info: Any) -> str | None:

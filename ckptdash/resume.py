@@ -95,9 +95,13 @@ def _check_directory(path: Path, info: CheckpointInfo, validate: ValidateMode) -
 
 def _load_refusal(path: Path, info: CheckpointInfo, validate: ValidateMode) -> str | None:
     """Why loading the directory could run code (see :mod:`ckptdash.load_safety`), or None."""
-    if os.path.lexists(path / load_safety.DCP_METADATA):
-        return load_safety.dcp_refusal(path)
     verified = validate == "checksum" and bool(info.checksum)
+    if os.path.lexists(path / load_safety.DCP_METADATA):
+        # Files DCP does not write (Lightning's meta.pt) are loaded by the framework's code.
+        problem = load_safety.dcp_refusal(path)
+        if problem is None and not load_safety.only_dcp_files(path):
+            problem = load_safety.directory_refusal(path, checksums_verified=verified)
+        return problem
     return load_safety.directory_refusal(path, checksums_verified=verified)
 
 

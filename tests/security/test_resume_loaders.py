@@ -162,3 +162,23 @@ def test_the_restricted_unpickler_refuses_other_globals() -> None:
     evil = pickle.dumps(os.system)
     with pytest.raises(pickle.UnpicklingError, match=r"(posix|os)\.system"):
         load_safety.DcpMetadataUnpickler(io.BytesIO(evil)).load()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to make a file of another uid")
+def test_a_dcp_directory_with_another_loaders_file_is_held_to_the_owner_rule(
+    tmp_path: Path,
+) -> None:
+    """A DCP directory with a file DCP does not write (Lightning's meta.pt, read by Lightning's
+    own loader) that another account owns is skipped, though its .metadata is clean."""
+    run = tmp_path / "run"
+    good = _good_run(run)
+
+    def with_meta(d: Path) -> None:
+        dcp.save({"w": torch.ones(8)}, checkpoint_id=d)
+        torch.save({"epoch": 1}, d / "meta.pt")
+        os.chown(d / "meta.pt", 4242, 4242)
+
+    planted = _plant(run, with_meta)
+    choice = choose_resume(run)
+    assert choice.path == str(good)
+    assert "meta.pt belongs to uid 4242" in dict(choice.skipped)[str(planted)]
