@@ -165,23 +165,29 @@ class JobStatus:
     """Why SLURM's commands cannot be used from here (then every control is off)."""
     error: str = ""
     """Why asking about this one job failed."""
+    refused: str = ""
+    """Why ckptdash will not act on this job (:func:`refusal`): then every control is off."""
 
     @property
     def can_hold(self) -> bool:
-        return self.view is not None and self.view.pending and not self.view.held
+        return self._actable and self.view is not None and self.view.pending and not self.view.held
 
     @property
     def can_release(self) -> bool:
-        return self.view is not None and self.view.held
+        return self._actable and self.view is not None and self.view.held
 
     @property
     def can_cancel(self) -> bool:
-        return self.view is not None and self.view.pending
+        return self._actable and self.view is not None and self.view.pending
+
+    @property
+    def _actable(self) -> bool:
+        return not self.refused
 
     def key(self) -> tuple[object, ...]:
         """What is shown (not e.g. RunTime, which changes every second)."""
         shown = None if self.view is None else tuple(self.view.to_dict().items())
-        return (self.job_id, self.asked, shown, self.unavailable, self.error)
+        return (self.job_id, self.asked, shown, self.unavailable, self.error, self.refused)
 
     def describe(self) -> str:
         """``ckptdash status``'s line: ``scheduler: slurm job 77: PENDING (...), held, ...``."""
@@ -311,35 +317,45 @@ def verify_job(
     view = job_view(job, runner=runner)
     if view is None:
         return None
+    why = refusal(view, run_root=run_root)
+    if why:
+        raise SlurmRefused(why)
+    return view
+
+
+def refusal(view: JobView, *, run_root: str | os.PathLike[str] | None = None) -> str:
+    """Why ckptdash may not act on the job SLURM described as ``view`` ("" when it may): the
+    rule of :func:`verify_job`, for a view already asked for (the dashboard's refresh)."""
+    job = view.job_id
     fields = view.fields
     array = f"{fields.get('ArrayJobId', '')}_{fields.get('ArrayTaskId', '')}"
     if job not in (fields.get("JobId"), array):
-        raise SlurmRefused(
+        return (
             f"slurm job {job}: `scontrol show job {job}` answered about job"
             f" {fields.get('JobId', '?')}: not acting on it"
         )
     match = _USER_ID.match(fields.get("UserId", ""))
     if match is None:
-        raise SlurmRefused(
+        return (
             f"slurm job {job}: SLURM did not say whose job it is (UserId"
             f" {fields.get('UserId', 'missing')!r}): not acting on it"
         )
     user, uid = match.group(1), int(match.group(2))
     me = os.geteuid()
     if uid != me:
-        raise SlurmRefused(
+        return (
             f"slurm job {job} belongs to {user} (uid {uid}), not to you (uid {me}): ckptdash"
             " acts only on your own jobs"
         )
     if run_root is not None:
         why = job_evidence.gather(run_root, job).refusal(job, uid)
         if why:
-            raise SlurmRefused(
+            return (
                 f"slurm job {job}: not started by the run {os.fspath(run_root)}: {why}; not"
                 " acting on it (if it is yours, name it: `ckptdash requeue RUN_DIR --job"
                 f" {job} ...`)"
             )
-    return view
+    return ""
 
 
 def hold(job_id: str, *, runner: Runner | None = None) -> JobView:

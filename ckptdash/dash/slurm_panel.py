@@ -19,6 +19,7 @@ controls' message line.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable
@@ -65,6 +66,8 @@ def render_scheduler(info: JobStatus) -> str:
         if v.restarts is not None:
             parts.append(f"restarts {v.restarts}")
         body = " · ".join(parts)
+        if info.refused:
+            body += f"<br><span class='problem'>controls off: {esc(info.refused)}</span>"
     return f"<div class='ck'>scheduler: {head}: {body}</div>"
 
 
@@ -324,7 +327,14 @@ class SchedulerPanel(pn.viewable.Viewer):  # type: ignore[misc]
         """SLURM's view of ``job`` now (runs ``scontrol``: call it off the event loop)."""
         if not slurm_admin.available(self._runner):
             return JobStatus(job, asked=True, unavailable="scontrol is not on PATH")
-        return slurm_admin.job_status(job, runner=self._runner)
+        status = slurm_admin.job_status(job, runner=self._runner)
+        with self._lock:
+            root = self._root if self._job == job else None
+        if status.view is not None and root is not None:
+            # The buttons are off for a job the page may not act on; a click is refused anyway.
+            refused = slurm_admin.refusal(status.view, run_root=root)
+            status = dataclasses.replace(status, refused=refused)
+        return status
 
     def refresh(self) -> None:
         """Ask SLURM again now (the background thread does it)."""

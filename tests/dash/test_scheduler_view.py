@@ -411,7 +411,10 @@ def test_buttons_refuse_another_users_job_and_say_why(
     runner = FakeRunner(**{"77": {**job("PENDING", "BeginTime"), "UserId": "alice(4242)"}})
     p = page(runner)
     _asked(p, wait_until)
-    p.click(p.panel.hold_button)
+    with p.lock:
+        assert p.buttons() == (False, False, False)  # off, and the panel says why
+        assert "controls off: slurm job 77 belongs to alice" in p.panel.status.object
+    p.click(p.panel.hold_button)  # a client can still send a click for a disabled button
     _said(p, wait_until, "slurm job 77 belongs to alice (uid 4242), not to you")
     assert "problem" in p.message
     p.click(p.panel.cancel_job_button)
