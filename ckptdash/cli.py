@@ -243,12 +243,13 @@ def _mirror_requeue(run: RunDir, given: str | None, *, allowed: bool) -> None:
         return
     try:
         _verify(run, given, job)
-    except slurm_admin.SlurmRefused as exc:
-        raise slurm_admin.SlurmRefused(
+    except slurm_admin.SlurmUnavailable as exc:  # the run's own setting still holds
+        print(f"slurm job {job}: Requeue={'1' if allowed else '0'} not set: {exc}")
+        return
+    except slurm_admin.SlurmError as exc:  # nothing is sent to SLURM unverified
+        raise type(exc)(
             f"{exc}; the run's setting is changed, the job's Requeue flag is not"
         ) from None
-    except slurm_admin.SlurmUnavailable:
-        pass  # mirror_requeue says so in its line
     print(slurm_admin.mirror_requeue(job, allowed))
 
 

@@ -219,12 +219,10 @@ class SchedulerPanel(pn.viewable.Viewer):  # type: ignore[misc]
             # Replaces the click's whole message line, so it repeats the setting's part.
             try:
                 slurm_admin.verify_job(job, run_root=root, runner=self._runner)
-            except slurm_admin.SlurmRefused as exc:
-                raise slurm_admin.SlurmRefused(
-                    f"{requeue_said(suspended)}; Requeue not changed: {exc}"
-                ) from None
-            except slurm_admin.SlurmUnavailable:
-                pass  # mirror_requeue says so
+            except slurm_admin.SlurmUnavailable as exc:  # the run's own setting still holds
+                return f"{requeue_said(suspended)}; slurm job {job}: Requeue={flag} not set: {exc}"
+            except slurm_admin.SlurmError as exc:  # nothing is sent to SLURM unverified
+                raise type(exc)(f"{requeue_said(suspended)}; Requeue not changed: {exc}") from None
             answer = slurm_admin.mirror_requeue(job, not suspended, runner=self._runner)
             return f"{requeue_said(suspended)}; {answer}"
 
