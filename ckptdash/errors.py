@@ -13,7 +13,8 @@
     ├── ConfigError            a TrainConfig value is wrong
     ├── ThresholdError         a health threshold is wrong
     └── SlurmError             a SLURM command failed or was refused
-        └── SlurmUnavailable   no SLURM commands on this machine
+        ├── SlurmUnavailable   no SLURM commands on this machine
+        └── SlurmRefused       the job is not the acting user's, or not the run's own
 
 The tree is the whole hierarchy, so ``except CkptDashError`` catches every deliberate error.
 
@@ -85,3 +86,8 @@ class SlurmError(CkptDashError):
 
 class SlurmUnavailable(SlurmError):
     """SLURM's client commands cannot be used from this machine."""
+
+
+class SlurmRefused(SlurmError):
+    """ckptdash will not act on this job: SLURM says another account owns it, or the run's
+    log names it without the run's own files vouching for it (see slurm_admin.verify_job)."""

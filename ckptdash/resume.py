@@ -10,8 +10,11 @@ A candidate is valid when its file still exists, its size matches the
 ``checkpoint_saved`` event, and (in ``checksum`` mode) its checksum matches.
 A directory checkpoint is valid when its manifest matches the recorded digest
 and every file it lists is there, unchanged (see :mod:`ckptdash.rundir.manifest`).
-Every candidate that fails is reported with the reason. Validation reads
-bytes; it never unpickles anything.
+A directory checkpoint must also be safe to load (:mod:`ckptdash.rundir.load_safety`): a DCP
+``.metadata`` must unpickle with DCP's own classes only and its non-tensor values with
+``weights_only=True``; any other directory must be written by the job's user alone.
+Every candidate that fails is reported with the reason. Validation never unpickles
+anything but DCP's metadata and values, under those restrictions.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from typing import Literal
 
 from ckptdash import control
 from ckptdash.errors import CkptDashError
-from ckptdash.rundir import RUN_FILE, RunDir, manifest
+from ckptdash.rundir import RUN_FILE, RunDir, load_safety, manifest
 from ckptdash.rundir.hashing import checksum_file
 from ckptdash.state import RunState
 from ckptdash.state.reading import load_state
@@ -48,7 +51,7 @@ def check_checkpoint(info: CheckpointInfo, validate: ValidateMode = "checksum") 
     path = Path(info.path)
     try:
         if path.is_dir():
-            return _check_directory(path, info, validate)
+            return _check_directory(path, info, validate) or _load_refusal(path, info, validate)
         size = path.stat().st_size
     except FileNotFoundError:
         return "file is missing"
@@ -79,6 +82,19 @@ def _check_directory(path: Path, info: CheckpointInfo, validate: ValidateMode) -
         )
     size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
     return None if size == info.size_bytes else f"size {size} != recorded {info.size_bytes}"
+
+
+def _load_refusal(path: Path, info: CheckpointInfo, validate: ValidateMode) -> str | None:
+    """Why loading the directory could run code (see :mod:`ckptdash.rundir.load_safety`), or
+    None."""
+    verified = validate == "checksum" and bool(info.checksum)
+    if os.path.lexists(path / load_safety.DCP_METADATA):
+        # Files DCP does not write (Lightning's meta.pt) are loaded by the framework's code.
+        problem = load_safety.dcp_refusal(path)
+        if problem is None and not load_safety.only_dcp_files(path):
+            problem = load_safety.directory_refusal(path, checksums_verified=verified)
+        return problem
+    return load_safety.directory_refusal(path, checksums_verified=verified)
 
 
 def choose_resume(

@@ -8,6 +8,7 @@ cluster, see tests/slurm); every call is appended to a log the tests read.
 from __future__ import annotations
 
 import json
+import os
 import stat
 import sys
 from pathlib import Path
@@ -70,9 +71,11 @@ if args[:2] == ["show", "job"]:
         if j["settle"] == 0:
             j["JobState"], j["Reason"] = "PENDING", "BeginTime"
         save()
+    user = j.get("UserId", f"me({os.geteuid()})")  # the tests' own user unless set
     print(
-        f"JobId={args[-1]} JobName=train JobState={j['JobState']} Reason={j['Reason']}"
-        f" Dependency=(null) Requeue={j['Requeue']} Restarts={j['Restarts']} BatchFlag=1"
+        f"JobId={args[-1]} JobName=train UserId={user} JobState={j['JobState']}"
+        f" Reason={j['Reason']} Dependency=(null) Requeue={j['Requeue']}"
+        f" Restarts={j['Restarts']} BatchFlag=1"
     )
     sys.exit(0)
 if args[0] in ("hold", "release"):
@@ -455,3 +458,101 @@ def test_status_of_a_folder_asks_an_unreachable_slurm_once(
     assert len(views) == 3
     assert all("Could not establish" in v["error"] for v in views)
     assert len(slurm.calls()) == 1
+
+
+# --- acting only on the user's own job, started by the run --------------------------------
+
+
+def test_verify_job_accepts_the_runs_own_job(slurm: FakeSlurm, run: Path) -> None:
+    """Job 77 runs as this user and the run's rank-0 files (this user's) open with a
+    run_started naming it: verify_job answers SLURM's view."""
+    slurm.job("77", "PENDING")
+    view = slurm_admin.verify_job("77", run_root=run)
+    assert view is not None
+    assert view.pending
+
+
+def test_verify_job_refuses_another_users_job(slurm: FakeSlurm, run: Path) -> None:
+    """SLURM says the job runs as another account: refused, naming that account, with or
+    without the run's evidence."""
+    slurm.job("77", "PENDING", UserId="alice(4242)")
+    for root in (run, None):
+        with pytest.raises(slurm_admin.SlurmRefused, match=r"belongs to alice \(uid 4242\)"):
+            slurm_admin.verify_job("77", run_root=root)
+
+
+def test_verify_job_refuses_a_job_the_run_did_not_start(
+    slurm: FakeSlurm, run: Path, tmp_path: Path
+) -> None:
+    """The user's own job 78, which no run_started of this run names, is refused for this
+    run; an answer about another job id, or without a UserId, is refused too."""
+    slurm.job("78", "PENDING")
+    with pytest.raises(slurm_admin.SlurmRefused, match=r"no run_started in .* names job 78"):
+        slurm_admin.verify_job("78", run_root=run)
+    assert slurm_admin.verify_job("78") is not None  # named by the user: theirs, so fine
+    # A line planted after the run_started (not the file's first line) vouches for nothing.
+    planted = run / "events" / "A0005.R0000.x.1.jsonl"
+    planted.write_text('{"kind":"pulse"}\n')
+    with pytest.raises(slurm_admin.SlurmRefused):
+        slurm_admin.verify_job("78", run_root=run)
+    slurm.job("79", "PENDING", UserId="(null)")
+    with pytest.raises(slurm_admin.SlurmRefused, match="did not say whose job"):
+        slurm_admin.verify_job("79")
+
+    def other_job(argv: Any, timeout_s: float) -> tuple[int, str]:
+        return 0, f"JobId=80 UserId=me({os.geteuid()}) JobState=PENDING"
+
+    with pytest.raises(slurm_admin.SlurmRefused, match="answered about job 80"):
+        slurm_admin.verify_job("77", runner=other_job)
+
+
+def test_verify_job_matches_an_array_task(slurm: FakeSlurm, tmp_path: Path) -> None:
+    """An array task recorded as 12_3 is the job SLURM shows as JobId=14 ArrayJobId=12
+    ArrayTaskId=3."""
+    root = tmp_path / "arr"
+    with EventWriter(root, attempt=0) as w:
+        w.emit(events.RunStarted, scheduler="slurm", job_id="12_3")
+
+    def task(argv: Any, timeout_s: float) -> tuple[int, str]:
+        uid = os.geteuid()
+        return 0, f"JobId=14 ArrayJobId=12 ArrayTaskId=3 UserId=me({uid}) JobState=RUNNING"
+
+    view = slurm_admin.verify_job("12_3", run_root=root, runner=task)
+    assert view is not None
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to chown files")
+def test_verify_job_refuses_a_run_started_written_by_another_account(
+    slurm: FakeSlurm, run: Path
+) -> None:
+    """A group member plants A0009.R0000 (their file) naming the owner's unrelated job 90 in
+    the owner's run: the newest attempt now names 90, but nothing the job's user wrote does;
+    an events/ folder of another account vouches for nothing either."""
+    slurm.job("90", "PENDING")
+    slurm.job("77", "PENDING")
+    with EventWriter(run, attempt=9) as w:
+        w.emit(events.RunStarted, scheduler="slurm", job_id="90")
+    (planted,) = (run / "events").glob("A0009.R0000.*")
+    os.chown(planted, 4242, 4242)
+    with pytest.raises(slurm_admin.SlurmRefused, match=r"written by uid 4242"):
+        slurm_admin.verify_job("90", run_root=run)
+    os.chown(run / "events", 4242, 4242)
+    with pytest.raises(slurm_admin.SlurmRefused, match=r"events belongs to uid 4242"):
+        slurm_admin.verify_job("77", run_root=run)
+
+
+def test_cli_refuses_another_users_job_and_runs_nothing(
+    slurm: FakeSlurm, run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`requeue --hold` and the `--suspend` mirror on a run whose job SLURM says is another
+    account's: exit 2, one line saying whose it is; no hold, no update ran (the run's own
+    setting still changes with --suspend, as the line says)."""
+    slurm.job("77", "PENDING", UserId="alice(4242)")
+    assert main(["requeue", str(run), "--hold"]) == 2
+    assert "belongs to alice (uid 4242)" in one_line_error(capsys)
+    assert main(["requeue", str(run), "--suspend"]) == 2
+    err = one_line_error(capsys)
+    assert "belongs to alice" in err
+    assert "the run's setting is changed, the job's Requeue flag is not" in err
+    assert [c for c in slurm.calls() if "show job" not in c] == []
+    assert slurm.get("77")["Reason"] == "None"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import os
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -30,8 +31,9 @@ T0 = 1_764_430_000.0
 class FakeSlurm:
     """A stand-in for scontrol/scancel that records every call and answers ``show job``."""
 
-    def __init__(self, state: str = "RUNNING") -> None:
+    def __init__(self, state: str = "RUNNING", user: str = "") -> None:
         self.state = state
+        self.user = user or f"me({os.geteuid()})"  # UserId: the job's owner, as SLURM says
         self.calls: list[list[str]] = []
 
     def __call__(self, argv: Sequence[str], timeout_s: float) -> tuple[int, str]:
@@ -39,7 +41,10 @@ class FakeSlurm:
         if argv[:3] == ["scontrol", "show", "job"]:
             reason = "JobHeldUser" if self.state == "HELD" else "None"
             state = "PENDING" if self.state == "HELD" else self.state
-            return 0, f"JobId={argv[-1]} JobState={state} Reason={reason} Requeue=1 Restarts=3"
+            return 0, (
+                f"JobId={argv[-1]} UserId={self.user} JobState={state} Reason={reason}"
+                " Requeue=1 Restarts=3"
+            )
         if argv[:2] == ["scontrol", "hold"] or argv[:2] == ["scontrol", "requeuehold"]:
             self.state = "HELD"
         return 0, ""
@@ -310,3 +315,74 @@ def test_watch_counts_the_same_checkpoints_as_health(run_dir: RunDir, tmp_path: 
     fired = {f.alert.kind for f in watch.poll()}
     watch.close()
     assert "restart_storm" in fired
+
+
+# --- SLURM actions only on the user's own job, started by the run itself ----------------------
+
+
+def _watch_cancel(root: Path, slurm: FakeSlurm, log: Any) -> Watch:
+    return Watch(
+        root,
+        overrides={"hung_after_s": 60},
+        rules=parse_rules(["hung=cancel"]),
+        runner=slurm,
+        clock=lambda: T0 + 100,
+        log=log,
+    )
+
+
+def test_hung_cancel_refuses_another_users_job(run_dir: RunDir, tmp_path: Path) -> None:
+    """`watch --on hung=cancel`: SLURM says job 77 runs as another account, so no `scancel`
+    runs; the refusal is the recorded action's result and watch's log line."""
+    hung_run(run_dir)
+    slurm = FakeSlurm(user="alice(4242)")
+    out = tmp_path / "watch.log"
+    with out.open("w") as log:
+        watch = _watch_cancel(run_dir.root, slurm, log)
+        try:
+            (fired,) = watch.poll()
+        finally:
+            watch.close()
+    assert fired.action is not None
+    command, ok, what = fired.action
+    assert (command, ok) == ("scancel 77", False)
+    assert "belongs to alice (uid 4242)" in what
+    assert slurm.actions() == []
+    assert "FAILED: slurm job 77 belongs to alice" in out.read_text()
+    (taken,) = [r for r in load_state(run_dir).alert_log if r.event == "action_taken"]
+    assert not taken.ok
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to make files of another uid")
+def test_hung_cancel_refuses_a_run_another_account_made(tmp_path: Path) -> None:
+    """A group member adds a run to RUNS/ whose hung-looking log names the owner's job 77:
+    SLURM says 77 is the owner's (the watching user's), but the run's files belong to the
+    member, so `watch RUNS/ --on hung=cancel` runs no scancel and says why; the owner's own
+    run in the same folder is still acted on."""
+    runs = tmp_path / "RUNS"
+    planted = RunDir(runs / "looks-hung")
+    planted.ensure()
+    hung_run(planted)
+    for dirpath, dirnames, filenames in os.walk(planted.root):
+        for name in [*dirnames, *filenames]:
+            os.chown(os.path.join(dirpath, name), 4242, 4242)
+    os.chown(planted.root, 4242, 4242)
+    mine = RunDir(runs / "mine")
+    mine.ensure()
+    write(mine, 0, (ev.RunStarted, 0.0, {"scheduler": "slurm", "job_id": "78"}))
+    write(mine, 0, *[(ev.Pulse, float(i), {"step": min(i, 20)}) for i in range(1, 101)])
+    slurm = FakeSlurm()
+    out = tmp_path / "watch.log"
+    with out.open("w") as log:
+        watch = _watch_cancel(runs, slurm, log)
+        try:
+            fired = {f.root.name: f for f in watch.poll()}
+        finally:
+            watch.close()
+    refused = fired["looks-hung"].action
+    assert refused is not None
+    assert refused[1] is False
+    assert "not started by the run" in refused[2]
+    assert "belongs to uid 4242" in refused[2]
+    assert slurm.actions() == [["scancel", "78"]]
+    assert "--on hung=cancel: `scancel 77` FAILED: slurm job 77: not started" in out.read_text()

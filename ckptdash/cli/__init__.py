@@ -234,11 +234,27 @@ def _job_for(run: RunDir, given: str | None) -> str | None:
     return slurm_admin.job_of(load_state(run).attempts.values())
 
 
+def _verify(run: RunDir, given: str | None, job: str) -> None:
+    """Refuse (SlurmRefused, exit 2) a job that is not the user's, or, read from the log, not
+    the run's own; see slurm_admin.verify_job. A job named with --job is the user's choice."""
+    slurm_admin.verify_job(job, run_root=None if given else run.root)
+
+
 def _mirror_requeue(run: RunDir, given: str | None, *, allowed: bool) -> None:
     """Copy the suspend setting onto the SLURM job (Requeue=0/1) when SLURM can be asked."""
     job = _job_for(run, given)
-    if job is not None:
-        print(slurm_admin.mirror_requeue(job, allowed))
+    if job is None:
+        return
+    try:
+        _verify(run, given, job)
+    except slurm_admin.SlurmUnavailable as exc:  # the run's own setting still holds
+        print(f"slurm job {job}: Requeue={'1' if allowed else '0'} not set: {exc}")
+        return
+    except slurm_admin.SlurmError as exc:  # nothing is sent to SLURM unverified
+        raise type(exc)(
+            f"{exc}; the run's setting is changed, the job's Requeue flag is not"
+        ) from None
+    print(slurm_admin.mirror_requeue(job, allowed))
 
 
 def _scheduler_control(run: RunDir, args: argparse.Namespace) -> int:
@@ -254,6 +270,7 @@ def _scheduler_control(run: RunDir, args: argparse.Namespace) -> int:
             f"slurm job {job}: --cancel-pending cancels the requeued job (the run keeps its"
             " checkpoints); add --yes to confirm"
         )
+    _verify(run, args.job, job)
     if args.hold:
         view = slurm_admin.hold(job)
         print(f"slurm job {job}: held ({view.describe()}); `ckptdash requeue {run.root} --release`")

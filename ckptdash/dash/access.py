@@ -10,6 +10,12 @@ request — page, script, websocket — passes one gate, at the tornado level, b
    once for an HttpOnly, SameSite=Strict cookie and a redirect to the clean URL, as Jupyter
    does), in that cookie, or in an ``Authorization: token ...`` header; anything else gets 401.
 
+Browsers send a host's cookies to every port of it, so a cookie scoped to ``/`` would also
+reach a page that another account serves on ``127.0.0.1:OTHERPORT``, once the owner opens it.
+So the app lives under a secret path (:func:`url_prefix`, derived from the token: a stable
+token gives a stable URL) and the cookie's ``Path`` is that prefix: the browser sends it to
+no other path, on any port, and only the token's holder knows the path.
+
 ``--no-auth`` drops step 2 (not step 1). Secrets are never taken from the command line, where
 every user of the machine reads them in ``/proc/PID/cmdline``: they come from a file only its
 owner can read, or from an environment variable.
@@ -17,6 +23,7 @@ owner can read, or from an environment variable.
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import json
 import os
@@ -38,6 +45,17 @@ BASIC_AUTH_ENV: Final = "CKPTDASH_BASIC_AUTH"
 """A password for Panel's login page (the same as ``--basic-auth FILE``)."""
 LOOPBACK_NAMES: Final = ("localhost", "127.0.0.1", "::1")
 TOKEN_PARAM: Final = "token"
+
+
+def url_prefix(token: str | None) -> str:
+    """The secret path the app is served under (``/ck-`` and 32 hex digits), "" without a token.
+
+    A one-way function of the token, so the URL stays the same with ``--token-file``, and the
+    path (visible in the cookie's attributes, the history) tells nothing about the token.
+    """
+    if token is None:
+        return ""
+    return "/ck-" + hashlib.sha256(b"ckptdash url prefix\0" + token.encode()).hexdigest()[:32]
 
 
 def new_token() -> str:
@@ -108,6 +126,11 @@ class Access:
     secure: bool = False
 
     @property
+    def prefix(self) -> str:
+        """The path the app is served under; the cookie's ``Path`` (see :func:`url_prefix`)."""
+        return url_prefix(self.token)
+
+    @property
     def cookie(self) -> str:
         # Cookies do not keep ports apart: two dashboards on one host need two names.
         return f"ckptdash-token-{self.port}"
@@ -138,7 +161,7 @@ class Access:
         if given and self._is_token(given[-1].decode(errors="replace")):
             if request.headers.get("Upgrade", "").lower() == "websocket":
                 return None
-            return Verdict(302, "", redirect=_without_token(request), set_cookie=True)
+            return Verdict(302, "", redirect=_without_token(request, self.prefix), set_cookie=True)
         header = request.headers.get("Authorization", "")
         if header.lower().startswith("token ") and self._is_token(header[6:].strip()):
             return None
@@ -166,11 +189,13 @@ def _cookie(request: httputil.HTTPServerRequest, name: str) -> str | None:
     return None if morsel is None else morsel.value
 
 
-def _without_token(request: httputil.HTTPServerRequest) -> str:
+def _without_token(request: httputil.HTTPServerRequest, prefix: str) -> str:
     pairs = parse_qsl(request.query, keep_blank_values=True)
     query = [(k, v) for k, v in pairs if k != TOKEN_PARAM]
     # "//evil.example" would be a redirect to another site: keep the path on this one.
     path = "/" + request.path.lstrip("/")
+    if prefix and path != prefix and not path.startswith(prefix + "/"):
+        path = prefix + "/"  # an old bookmark (/?token=...): the app lives under the prefix
     return path + (f"?{urlencode(query)}" if query else "")
 
 
@@ -189,7 +214,7 @@ class _Gate(web.RequestHandler):
                 httponly=True,
                 samesite="Strict",
                 secure=self.access.secure,
-                path="/",
+                path=self.access.prefix or "/",  # no other path, on any port, receives it
             )
         self.set_header("Cache-Control", "no-store")
         if v.redirect:

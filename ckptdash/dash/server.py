@@ -139,7 +139,7 @@ class RunningServer:
     """A dashboard server running in a thread (tests, benchmarks, the screenshot script).
 
     ``url`` is the one to open (with the token, as ``ckptdash serve`` prints it); ``base_url``
-    the server's root without it.
+    the app's root (under ``prefix``) without it.
     """
 
     url: str
@@ -148,6 +148,8 @@ class RunningServer:
     hub: WatcherHub
     base_url: str = ""
     token: str | None = None
+    prefix: str = ""
+    """The secret path the app is served under ("" with ``--no-auth``): ``/ck-…``."""
     _stopped: bool = field(default=False, repr=False)
 
     def stop(self, timeout: float = 10.0) -> None:
@@ -183,9 +185,17 @@ class _Plan:
     access: access.Access
 
     def url(self, host: str) -> str:
-        root = f"{'https' if self.access.secure else 'http'}://{_url_host(host)}:{self.port}/"
+        root = f"{'https' if self.access.secure else 'http'}://{_url_host(host)}:{self.port}"
+        root += self.access.prefix + "/"
         token = self.access.token
         return root if token is None else f"{root}?{access.TOKEN_PARAM}={token}"
+
+    def tunnel(self) -> str:
+        """The line to print for reaching a loopback server from a laptop through SSH."""
+        return (
+            f"ckptdash: from another machine: ssh -N -L {self.port}:127.0.0.1:{self.port}"
+            f" {socket.getfqdn()}, then open {self.url('127.0.0.1')}"
+        )
 
 
 def _url_host(host: str) -> str:
@@ -211,6 +221,8 @@ def _plan(path: Path, serve: ServeOptions, dash: DashOptions, hub: WatcherHub) -
         kwargs["ssl_certfile"], kwargs["ssl_keyfile"] = serve.certfile, serve.keyfile
     token = None if serve.no_auth else (serve.token or access.new_token())
     gate = access.Access(serve.hosts(), port, token=token, secure=serve.certfile is not None)
+    if gate.prefix:
+        kwargs["prefix"] = gate.prefix  # the cookie is scoped to it (see access.url_prefix)
     return _Plan(kwargs, port, gate)
 
 
@@ -254,6 +266,8 @@ def serve(
         server = _guarded_server(plan)  # listening from here; the gate is in place
         url = plan.url(so.address if so.loopback else socket.getfqdn())
         print(f"ckptdash: serving {run} at {url} (Ctrl-C stops)", flush=True)
+        if so.loopback:
+            print(plan.tunnel(), flush=True)
         if not _holds_a_run(run):
             print(
                 f"ckptdash: {run} holds no run yet; the page waits for the first event in it",
@@ -306,7 +320,13 @@ def start_server(
     thread.start()
     host = "127.0.0.1" if so.loopback or so.address in ("0.0.0.0", "::") else so.address
     server = RunningServer(
-        plan.url(host), plan.port, thread, hub, plan.url(host).split("?")[0], plan.access.token
+        plan.url(host),
+        plan.port,
+        thread,
+        hub,
+        plan.url(host).split("?")[0],
+        plan.access.token,
+        plan.access.prefix,
     )
     try:
         _wait_for_port(host, plan.port, timeout)

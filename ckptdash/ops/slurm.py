@@ -21,6 +21,11 @@ dashboard and the CLI run on), these functions ask SLURM directly:
 :func:`job_status` asks SLURM about it and answers a :class:`JobStatus` (SLURM's view, or why
 there is none), which ``ckptdash status`` prints and the dashboard's SLURM panel shows.
 
+Every action on a job (``ckptdash watch --on``, the dashboard's buttons, ``ckptdash requeue``)
+first passes :func:`verify_job`: SLURM must say the job runs as the acting user, and a job id
+read from a run's log must be vouched for by a ``run_started`` in a file and folder of the
+run owned by that user (:mod:`ckptdash.ops.job_evidence`); otherwise :class:`SlurmRefused` says why.
+
 Job ids are SLURM's: ``12345``, or ``12345_7`` for one array task (as ckptdash records them).
 Every failure raises :class:`SlurmError` with one line naming the job and the fix;
 :class:`SlurmUnavailable` means SLURM's commands cannot be used from here at all (not
@@ -30,6 +35,7 @@ view", not as a broken job.
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import shutil
@@ -40,7 +46,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ckptdash.errors import SlurmError as SlurmError  # raised to callers as slurm_admin.SlurmError
+from ckptdash.errors import SlurmRefused as SlurmRefused
 from ckptdash.errors import SlurmUnavailable as SlurmUnavailable
+from ckptdash.ops import job_evidence
 
 TIMEOUT_S = 10.0
 """How long one SLURM command may take before it counts as unavailable."""
@@ -81,6 +89,7 @@ _UNAVAILABLE = (
 _UNKNOWN_JOB = "Invalid job id specified"
 _JOB_ID = re.compile(r"^\d+(_\d+)?$")
 _KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_:/]*)=")
+_USER_ID = re.compile(r"^(.*)\((\d+)\)$")  # UserId=alice(1001)
 
 Runner = Callable[[Sequence[str], float], tuple[int, str]]
 """Runs argv with a timeout; returns (exit status, stdout+stderr). Raises OSError if absent."""
@@ -156,23 +165,29 @@ class JobStatus:
     """Why SLURM's commands cannot be used from here (then every control is off)."""
     error: str = ""
     """Why asking about this one job failed."""
+    refused: str = ""
+    """Why ckptdash will not act on this job (:func:`refusal`): then every control is off."""
 
     @property
     def can_hold(self) -> bool:
-        return self.view is not None and self.view.pending and not self.view.held
+        return self._actable and self.view is not None and self.view.pending and not self.view.held
 
     @property
     def can_release(self) -> bool:
-        return self.view is not None and self.view.held
+        return self._actable and self.view is not None and self.view.held
 
     @property
     def can_cancel(self) -> bool:
-        return self.view is not None and self.view.pending
+        return self._actable and self.view is not None and self.view.pending
+
+    @property
+    def _actable(self) -> bool:
+        return not self.refused
 
     def key(self) -> tuple[object, ...]:
         """What is shown (not e.g. RunTime, which changes every second)."""
         shown = None if self.view is None else tuple(self.view.to_dict().items())
-        return (self.job_id, self.asked, shown, self.unavailable, self.error)
+        return (self.job_id, self.asked, shown, self.unavailable, self.error, self.refused)
 
     def describe(self) -> str:
         """``ckptdash status``'s line: ``scheduler: slurm job 77: PENDING (...), held, ...``."""
@@ -275,6 +290,72 @@ def job_view(job_id: str, *, runner: Runner | None = None) -> JobView | None:
         restarts=int(restarts) if restarts.isdigit() else None,
         fields=fields,
     )
+
+
+def verify_job(
+    job_id: str,
+    *,
+    run_root: str | os.PathLike[str] | None = None,
+    runner: Runner | None = None,
+) -> JobView | None:
+    """SLURM's view of ``job_id`` if ckptdash may act on it; :class:`SlurmRefused` if not.
+
+    The rule, for every action (watch's ``--on``, the dashboard's buttons, the CLI):
+
+    * SLURM's answer is about this very job (``JobId``, or ``ArrayJobId_ArrayTaskId`` for an
+      array task, equals ``job_id``), and its ``UserId`` is the acting user (the effective uid
+      of this process): ckptdash never uses an operator's rights on someone else's job;
+    * with ``run_root`` (the job id was read from that run's log), the run itself started the
+      job: a ``run_started`` naming it opens a rank-0 event file owned by the job's user, in an
+      ``events/`` folder owned by the job's user (see :mod:`ckptdash.ops.job_evidence`). A group
+      member can write a log naming any job, but cannot make a file that the owner owns.
+
+    ``run_root=None`` is for a job the user named on the command line (``--job``): only the
+    first rule applies. None (nothing refused, nothing to act on): SLURM does not know the job.
+    """
+    job = check_job_id(job_id)
+    view = job_view(job, runner=runner)
+    if view is None:
+        return None
+    why = refusal(view, run_root=run_root)
+    if why:
+        raise SlurmRefused(why)
+    return view
+
+
+def refusal(view: JobView, *, run_root: str | os.PathLike[str] | None = None) -> str:
+    """Why ckptdash may not act on the job SLURM described as ``view`` ("" when it may): the
+    rule of :func:`verify_job`, for a view already asked for (the dashboard's refresh)."""
+    job = view.job_id
+    fields = view.fields
+    array = f"{fields.get('ArrayJobId', '')}_{fields.get('ArrayTaskId', '')}"
+    if job not in (fields.get("JobId"), array):
+        return (
+            f"slurm job {job}: `scontrol show job {job}` answered about job"
+            f" {fields.get('JobId', '?')}: not acting on it"
+        )
+    match = _USER_ID.match(fields.get("UserId", ""))
+    if match is None:
+        return (
+            f"slurm job {job}: SLURM did not say whose job it is (UserId"
+            f" {fields.get('UserId', 'missing')!r}): not acting on it"
+        )
+    user, uid = match.group(1), int(match.group(2))
+    me = os.geteuid()
+    if uid != me:
+        return (
+            f"slurm job {job} belongs to {user} (uid {uid}), not to you (uid {me}): ckptdash"
+            " acts only on your own jobs"
+        )
+    if run_root is not None:
+        why = job_evidence.gather(run_root, job).refusal(job, uid)
+        if why:
+            return (
+                f"slurm job {job}: not started by the run {os.fspath(run_root)}: {why}; not"
+                " acting on it (if it is yours, name it: `ckptdash requeue RUN_DIR --job"
+                f" {job} ...`)"
+            )
+    return ""
 
 
 def hold(job_id: str, *, runner: Runner | None = None) -> JobView:

@@ -202,17 +202,36 @@ def run_exec(cmd: str, payload: dict[str, Any]) -> tuple[int, str]:
 # --- actions ----------------------------------------------------------------------------------
 
 
-def act(action: str, job: str, runner: slurm_admin.Runner | None = None) -> tuple[str, bool, str]:
-    """Carry out ``action`` on SLURM job ``job``: (the command, ok, what happened)."""
+def act(
+    action: str,
+    job: str,
+    runner: slurm_admin.Runner | None = None,
+    *,
+    run_root: str | os.PathLike[str] | None = None,
+) -> tuple[str, bool, str]:
+    """Carry out ``action`` on SLURM job ``job``: (the command, ok, what happened).
+
+    Only on a job :func:`slurm_admin.verify_job` accepts (yours, and started by the run at
+    ``run_root`` when the id came from its log); otherwise nothing runs and the refusal is
+    what happened.
+    """
+    shown = {"requeue": "scontrol requeue", "cancel": "scancel", "hold": "scontrol hold"}
+    if action not in shown:
+        raise CkptDashError(f"unknown action {action!r}")
+    try:
+        view = slurm_admin.verify_job(job, run_root=run_root, runner=runner)
+    except slurm_admin.SlurmError as exc:
+        return f"{shown[action]} {job}", False, str(exc)
+    if view is None:
+        verb = "held" if action == "hold" else "done"
+        return f"{shown[action]} {job}", False, f"not {verb}: the job is unknown to SLURM"
     if action == "requeue":
         argv = ["scontrol", "requeue", job]
     elif action == "cancel":
         argv = ["scancel", job]
-    elif action == "hold":
-        view = slurm_admin.job_view(job, runner=runner)
-        if view is None or view.finished:
-            state = "unknown to SLURM" if view is None else view.state
-            return f"scontrol hold {job}", False, f"not held: the job is {state}"
+    else:
+        if view.finished:
+            return f"scontrol hold {job}", False, f"not held: the job is {view.state}"
         if view.held:
             return f"scontrol hold {job}", True, "already held"
         if view.state != "RUNNING":
@@ -224,8 +243,6 @@ def act(action: str, job: str, runner: slurm_admin.Runner | None = None) -> tupl
             return f"scontrol hold {job}", True, f"held; now {held.describe()}"
         # A running attempt of a crash loop: requeue it held, so no further attempt starts.
         argv = ["scontrol", "requeuehold", job]
-    else:
-        raise CkptDashError(f"unknown action {action!r}")
     command = shlex.join(argv)
     try:
         out = slurm_admin.run_command(argv, job, runner=runner)
@@ -409,7 +426,7 @@ class Watch:
                 "no attempt of this run recorded a SLURM job id: nothing to act on",
             )
         else:
-            result = act(action, job, self.runner)
+            result = act(action, job, self.runner, run_root=rd.root)
         command, ok, what = result
         try:
             self._writer(rd, run, self._attempt(run, alert)).emit(

@@ -8,6 +8,7 @@ that the Suspend auto-requeue toggle is mirrored onto the job as Requeue=0/1.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -26,6 +27,7 @@ from ckptdash.dash.views import slurm as scheduler
 from ckptdash.dash.views.controls import ControlActions, Controls
 from ckptdash.dash.views.slurm import UNAVAILABLE, SchedulerPanel
 from ckptdash.rundir import RunDir
+from ckptdash.rundir.writer import EventWriter
 from ckptdash.state import RunState
 from tests.dash.conftest import T0, Scenario, ev, preempted_run
 
@@ -60,10 +62,11 @@ class FakeRunner:
         if j is None:
             return 1, "slurm_load_jobs error: Invalid job id specified"
         if argv[:3] == ["scontrol", "show", "job"]:
-            fields = " ".join(f"{k}={v}" for k, v in j.items())
+            fields = " ".join(f"{k}={v}" for k, v in j.items() if k != "UserId")
             # RunTime changes with every look, as on a real cluster: the page must not.
             runtime = f"RunTime=00:00:{len(self.calls) % 60:02d}"
-            return 0, f"JobId={job} JobName=train {fields} BatchFlag=1 {runtime}"
+            user = j.get("UserId", f"me({os.geteuid()})")  # the page owner's unless set
+            return 0, f"JobId={job} JobName=train UserId={user} {fields} BatchFlag=1 {runtime}"
         if argv[:2] == ["scontrol", "hold"]:
             j["Reason"] = "JobHeldAdmin"
         elif argv[:2] == ["scontrol", "release"]:
@@ -115,6 +118,10 @@ class Page:
         )
 
     def publish(self, *evs: events.Event, **settings: Any) -> None:
+        for e in evs:  # on disk too: the run's own run_started vouches for its job
+            if isinstance(e, events.RunStarted):
+                with EventWriter(self.root, attempt=e.attempt) as w:
+                    w.emit(events.RunStarted, scheduler=e.scheduler, job_id=e.job_id)
         with self.lock:  # as Delivery does in a notebook
             self.scenario.add(*evs)
             self.model.publish(self.scenario.folder(T0 + 700, **settings))
@@ -394,3 +401,25 @@ def test_the_panel_follows_the_newest_attempts_job(
     p.publish(ev(events.RunStarted, 650, attempt=3, scheduler="slurm", job_id="90"))
     wait_until(lambda: "SLURM job 90" in p.panel.status.object, timeout=5, what="job 90")
     wait_until(lambda: p.buttons() == (True, False, True), timeout=5, what="job 90's buttons")
+
+
+def test_buttons_refuse_another_users_job_and_say_why(
+    page: Callable[..., Page], wait_until: WaitUntil
+) -> None:
+    """A run whose log names a job SLURM says is another account's: Hold, confirmed Cancel
+    and the suspend mirror each run no SLURM command and say whose job it is, as a problem."""
+    runner = FakeRunner(**{"77": {**job("PENDING", "BeginTime"), "UserId": "alice(4242)"}})
+    p = page(runner)
+    _asked(p, wait_until)
+    with p.lock:
+        assert p.buttons() == (False, False, False)  # off, and the panel says why
+        assert "controls off: slurm job 77 belongs to alice" in p.panel.status.object
+    p.click(p.panel.hold_button)  # a client can still send a click for a disabled button
+    _said(p, wait_until, "slurm job 77 belongs to alice (uid 4242), not to you")
+    assert "problem" in p.message
+    p.click(p.panel.cancel_job_button)
+    p.click(p.panel.confirm_cancel_button)
+    wait_until(lambda: not p.panel._clicked, timeout=5, what="the cancel click handled")
+    p.click(p.controls.requeue_button)
+    _said(p, wait_until, "auto-requeue suspended; Requeue not changed: slurm job 77 belongs")
+    assert [c for c in runner.calls if c[:3] != ["scontrol", "show", "job"]] == []

@@ -164,7 +164,7 @@ def test_websocket_accepts_only_the_served_origins(
     """A page from another origin cannot open the dashboard's websocket (so cannot click its
     buttons); the served address can."""
     with start_server(make_run(), ServeOptions(port=0)) as server:
-        ws = f"ws://127.0.0.1:{server.port}/ws?token={server.token}"
+        ws = f"ws://127.0.0.1:{server.port}{server.prefix}/ws?token={server.token}"
         assert _ws_status(ws, "http://evil.example") == 403
         assert _ws_status(ws, f"http://localhost:{server.port}") != 403
         assert _ws_status(ws, f"http://127.0.0.1:{server.port}") != 403

@@ -105,16 +105,30 @@ def _port(server: ServeProcess) -> int:
     return int(urlsplit(server.url).port or 0)
 
 
+def _prefix(server: ServeProcess) -> str:
+    """The secret path the app is served under (``/ck-…``, from the printed URL)."""
+    return urlsplit(server.url).path.rstrip("/")
+
+
 def test_printed_url_opens_with_one_click_and_leaves_a_cookie(guarded: ServeProcess) -> None:
-    """The printed URL carries a token; opening it sets an HttpOnly, SameSite=Strict cookie
-    and redirects to the same page without the token, which then loads with the cookie."""
+    """The printed URL carries a token under the secret /ck-… path (and the `ssh -L` line to
+    reach it is printed too); opening it sets an HttpOnly, SameSite=Strict cookie scoped to
+    that path and redirects to the same page without the token, which then loads with the
+    cookie."""
     assert "?token=" in guarded.url
     first = request(guarded.url)
+    prefix = _prefix(guarded)
+    assert prefix.startswith("/ck-")
+    port = _port(guarded)
+    tunnel = f"ssh -N -L {port}:127.0.0.1:{port} "
+    assert tunnel in guarded.log()
+    assert f"then open http://127.0.0.1:{port}{prefix}/?token=" in guarded.log()
     assert first.status == 302
-    assert first.headers["Location"] == "/"
+    assert first.headers["Location"] == f"{prefix}/"
     cookie = first.headers["Set-Cookie"]
     assert cookie.startswith(f"ckptdash-token-{_port(guarded)}=")
     assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
+    assert f"Path={prefix};" in cookie or cookie.endswith(f"Path={prefix}")
     page = request(
         urlsplit(guarded.url)._replace(query="").geturl(), headers={"Cookie": cookie.split(";")[0]}
     )
@@ -123,8 +137,10 @@ def test_printed_url_opens_with_one_click_and_leaves_a_cookie(guarded: ServeProc
     # The redirect keeps other arguments, and never leaves this server ("//host" would).
     token = urlsplit(guarded.url).query
     base = guarded.url.split("/?")[0]
-    assert request(f"{base}/?a=1&{token}").headers["Location"] == "/?a=1"
-    assert request(f"{base}//evil.example/?{token}").headers["Location"] == "/evil.example/"
+    assert request(f"{base}/?a=1&{token}").headers["Location"] == f"{prefix}/?a=1"
+    root = f"http://127.0.0.1:{_port(guarded)}"
+    assert request(f"{root}//evil.example/?{token}").headers["Location"] == f"{prefix}/"
+    assert request(f"{root}/?{token}").headers["Location"] == f"{prefix}/"  # an old bookmark
 
 
 def test_without_the_token_pages_scripts_and_websocket_are_refused(
@@ -133,17 +149,18 @@ def test_without_the_token_pages_scripts_and_websocket_are_refused(
     """Another user who knows the port but not the token gets 401 for the page, Panel's
     static JavaScript, and the websocket (so no button of the dashboard can be used)."""
     port = _port(guarded)
-    base = f"http://127.0.0.1:{port}"
+    base = f"http://127.0.0.1:{port}{_prefix(guarded)}"
+    ws = f"ws://127.0.0.1:{port}{_prefix(guarded)}/ws"
     assert request(f"{base}/").status == 401
     assert "token" in request(f"{base}/").body
     assert request(f"{base}/static/js/bokeh.min.js").status == 401
     assert request(f"{base}/?token=wrong-token-0123456789").status == 401
     wrong = {"Cookie": f"ckptdash-token-{port}=guess", "Origin": f"http://127.0.0.1:{port}"}
     assert request(f"{base}/", headers=wrong).status == 401
-    assert ws_status(f"ws://127.0.0.1:{port}/ws", wrong) == 401
+    assert ws_status(ws, wrong) == 401
     token = urlsplit(guarded.url).query.split("=", 1)[1]
     right = {"Cookie": f"ckptdash-token-{port}={token}", "Origin": f"http://127.0.0.1:{port}"}
-    assert ws_status(f"ws://127.0.0.1:{port}/ws", right) not in (401, 403)
+    assert ws_status(ws, right) not in (401, 403)
     assert request(f"{base}/", headers={"Authorization": f"token {token}"}).status == 200
 
 
@@ -154,12 +171,12 @@ def test_host_names_outside_the_allowlist_are_refused(guarded: ServeProcess) -> 
     port = _port(guarded)
     token = urlsplit(guarded.url).query.split("=", 1)[1]
     auth = {"Authorization": f"token {token}"}
-    base = f"http://127.0.0.1:{port}/"
+    base = f"http://127.0.0.1:{port}{_prefix(guarded)}/"
     evil = request(base, host=f"evil.example:{port}", headers=auth)
     assert evil.status == 403
     assert "--allow-host" in evil.body
     rebound = {**auth, "Host": f"evil.example:{port}", "Origin": f"http://evil.example:{port}"}
-    assert ws_status(f"ws://127.0.0.1:{port}/ws", rebound) == 403
+    assert ws_status(f"ws://127.0.0.1:{port}{_prefix(guarded)}/ws", rebound) == 403
     for name in ("localhost", "127.0.0.1", "dash.example", "LOCALHOST"):
         assert request(base, host=f"{name}:{port}", headers=auth).status == 200, name
     # Past the gate (Bokeh itself then fails to build an IPv6 page for an IPv4 socket).

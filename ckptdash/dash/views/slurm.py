@@ -19,6 +19,7 @@ controls' message line.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable
@@ -65,6 +66,8 @@ def render_scheduler(info: JobStatus) -> str:
         if v.restarts is not None:
             parts.append(f"restarts {v.restarts}")
         body = " · ".join(parts)
+        if info.refused:
+            body += f"<br><span class='problem'>controls off: {esc(info.refused)}</span>"
     return f"<div class='ck'>scheduler: {head}: {body}</div>"
 
 
@@ -106,6 +109,7 @@ class SchedulerPanel(pn.viewable.Viewer):  # type: ignore[misc]
         )
         self.info = JobStatus()
         self._job: str | None = None  # read by the background thread: guarded by _lock
+        self._root: str | None = None  # the selected run's folder: guarded by _lock
         self._again = False  # ask SLURM at once, not at the next refresh: guarded by _lock
         self._clicked: list[Callable[[], str]] = []  # clicks' commands, in order: under _lock
         self._buttons_held = False  # off since a click, until SLURM's next answer is shown
@@ -205,12 +209,20 @@ class SchedulerPanel(pn.viewable.Viewer):  # type: ignore[misc]
         if job is None or not slurm_admin.available(self._runner):
             return ""
         flag = "0" if suspended else "1"
+        with self._lock:
+            root = self._root
         if self.info.job_id == job and self.info.unavailable:
             # Known unreachable: nothing to ask, and no timeout to wait for.
             return f"slurm job {job}: Requeue not changed: {self.info.unavailable}"
 
         def mirror() -> str:
             # Replaces the click's whole message line, so it repeats the setting's part.
+            try:
+                slurm_admin.verify_job(job, run_root=root, runner=self._runner)
+            except slurm_admin.SlurmUnavailable as exc:  # the run's own setting still holds
+                return f"{requeue_said(suspended)}; slurm job {job}: Requeue={flag} not set: {exc}"
+            except slurm_admin.SlurmError as exc:  # nothing is sent to SLURM unverified
+                raise type(exc)(f"{requeue_said(suspended)}; Requeue not changed: {exc}") from None
             answer = slurm_admin.mirror_requeue(job, not suspended, runner=self._runner)
             return f"{requeue_said(suspended)}; {answer}"
 
@@ -218,11 +230,15 @@ class SchedulerPanel(pn.viewable.Viewer):  # type: ignore[misc]
         return f"slurm job {job}: asking SLURM to set Requeue={flag} …"
 
     def _require_job(self) -> str:
+        """The selected run's job, once slurm_admin.verify_job accepts it (yours, and started by
+        this run: its log alone does not decide); SlurmRefused, shown on the page, if not."""
         # The job's state is not checked here: slurm_admin asks SLURM and refuses (hold of a
         # running job; scancel --state=PENDING) whatever a stale page showed.
-        job = self._job
-        if job is None:
+        with self._lock:
+            job, root = self._job, self._root
+        if job is None or root is None:
             raise ControlError("the selected run has no SLURM job; nothing to ask SLURM")
+        slurm_admin.verify_job(job, run_root=root, runner=self._runner)
         return job
 
     def _answered(self, job: str, view: slurm_admin.JobView | None) -> None:
@@ -244,6 +260,7 @@ class SchedulerPanel(pn.viewable.Viewer):  # type: ignore[misc]
         job = None if run is None else slurm_admin.job_of(run.attempts)
         with self._lock:
             changed, self._job = job != self._job, job
+            self._root = None if run is None else run.root
         if changed:
             self.confirm_row.visible = False
             self._show(JobStatus(job))
@@ -308,7 +325,14 @@ class SchedulerPanel(pn.viewable.Viewer):  # type: ignore[misc]
         """SLURM's view of ``job`` now (runs ``scontrol``: call it off the event loop)."""
         if not slurm_admin.available(self._runner):
             return JobStatus(job, asked=True, unavailable="scontrol is not on PATH")
-        return slurm_admin.job_status(job, runner=self._runner)
+        status = slurm_admin.job_status(job, runner=self._runner)
+        with self._lock:
+            root = self._root if self._job == job else None
+        if status.view is not None and root is not None:
+            # The buttons are off for a job the page may not act on; a click is refused anyway.
+            refused = slurm_admin.refusal(status.view, run_root=root)
+            status = dataclasses.replace(status, refused=refused)
+        return status
 
     def refresh(self) -> None:
         """Ask SLURM again now (the background thread does it)."""
