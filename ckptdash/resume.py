@@ -53,8 +53,15 @@ def load_state(run_dir: str | os.PathLike[str] | RunDir) -> RunState:
 
 
 def check_checkpoint(info: CheckpointInfo, validate: ValidateMode = "checksum") -> str | None:
-    """Why ``info`` cannot be resumed from, or None if it can (reads bytes, never unpickles)."""
-    path = Path(info.path)
+    """Why ``info`` cannot be resumed from, or None if it can (reads bytes, never unpickles).
+
+    The files checked are where they were really written (``written_at``, when a plugin
+    redirected them). A record ckptdash could not check when it was saved (``unvalidated``)
+    cannot be checked now either: it is trusted, and the loader's own checks decide.
+    """
+    if info.unvalidated:
+        return None
+    path = Path(info.written_at or info.path)
     try:
         if path.is_dir():
             return _check_directory(path, info, validate)
@@ -120,6 +127,11 @@ def choose_resume(
         problem = _opened_outside(state, info) or check_checkpoint(info, validate)
         if problem is None:
             reason = f"newest valid checkpoint (step {info.step}, trigger {info.trigger})"
+            if info.unvalidated:
+                reason = (
+                    f"newest checkpoint (step {info.step}, trigger {info.trigger}),"
+                    " unvalidated: its CheckpointIO wrote where ckptdash cannot check it"
+                )
             if skipped:
                 reason += f"; skipped {len(skipped)} invalid candidate(s)"
             return ResumeChoice(info.path, reason + copied, info.step, skipped)
