@@ -19,6 +19,7 @@ import os
 from collections.abc import Callable, Iterator
 from typing import Any, Final
 
+from ckptdash.errors import WrongFrameworkError
 from ckptdash.events import CheckpointSaved, Trigger
 from ckptdash.lightning_.checkpoint_io import (
     RecordingCheckpointIO,
@@ -71,6 +72,15 @@ def _skip_unused_hooks(callback: pl.Callback) -> None:
     for name in _UNUSED_BATCH_HOOKS:
         if getattr(type(callback), name, None) is getattr(pl.Callback, name, None):
             setattr(callback, name, None)
+
+
+_NOT_FOR_FABRIC: Final = (
+    "ckptdash: CkptDashCallback is the Lightning Trainer's callback, and Fabric never runs its"
+    " hooks (no run directory, no signal handling: a signal would end the job unsaved). With"
+    " Fabric, drop it from L.Fabric(callbacks=[...]) and wrap the loop in"
+    " ckptdash.fabric.FabricMonitor(fabric, run_dir) after fabric.launch()"
+    " (docs/frameworks.md, Lightning Fabric)."
+)
 
 
 class CkptDashCallback(pl.Callback):
@@ -136,6 +146,16 @@ class CkptDashCallback(pl.Callback):
         """Called once a checkpoint is durable (with async IO: when the write finished)."""
         if self._user_hook is not None:
             self._user_hook(event)
+
+    # --- Lightning Fabric: not this callback's framework ---------------------------------------
+
+    # Fabric calls these two on its callbacks (at fabric.setup and after optimizer.step); the
+    # Trainer never does. Failing there is the earliest moment Fabric shows itself.
+    def on_after_setup(self, fabric: Any = None, module: Any = None) -> None:
+        raise WrongFrameworkError(_NOT_FOR_FABRIC)
+
+    def on_after_optimizer_step(self, strategy: Any = None, optimizer: Any = None) -> None:
+        raise WrongFrameworkError(_NOT_FOR_FABRIC)
 
     # --- Lightning hooks ---------------------------------------------------------------------
 

@@ -58,6 +58,7 @@ class Monitor:
         self.session = Session(config, scheduler=scheduler)
         self.session.start(max_steps=max_steps, install_signals=install_signals)
         self._resume: ResumeChoice | None = None
+        self._resume_recorded = False
         self._stopped = False  # stop() was called; a decided stop is the session's
         self._saver: AsyncSaver | None = None
         self._declared: set[Path] = set()
@@ -71,6 +72,27 @@ class Monitor:
         if self._resume is None:
             self._resume = self.session.choose_resume()
         return self._resume
+
+    def resume_path(self) -> str | None:
+        """The checkpoint to resume from, validated, and recorded as this attempt's resume;
+        None on a fresh start.
+
+        For a loader that restores in place and hands nothing back to ckptdash
+        (``fabric.load(path, state)``, ``dcp.load``, your own ``load_state_dict``): the
+        path is the resume rule's choice (the pin, else the newest valid checkpoint),
+        checked file by file, and ``run_resumed`` names it, so ``ckptdash status``
+        shows "resumed from". Call it on every rank (the choice is agreed), then load;
+        the resume is recorded once however often it is called. Unlike
+        :func:`ckptdash.resume_path`, which only answers, this records.
+
+        >>> if (path := monitor.resume_path()) is not None:  # doctest: +SKIP
+        ...     fabric.load(path, state)
+        """
+        choice = self.resume_choice
+        if choice.path is not None and not self._resume_recorded:
+            self._resume_recorded = True
+            self.session.record_resumed(choice.path, choice.reason, step=choice.step)
+        return choice.path
 
     def load(self, map_location: Any = "cpu", weights_only: bool = True) -> Any:
         """Load the checkpoint the resume rule chose and record it; None on a fresh start.
@@ -92,10 +114,10 @@ class Monitor:
         if os.path.isdir(choice.path):
             # A directory checkpoint (DCP, Hugging Face, Accelerate) is loaded by its own
             # framework: hand back its path, e.g. for dcp.load(state, checkpoint_id=path).
-            self.session.record_resumed(choice.path, choice.reason, step=choice.step)
+            self.resume_path()
             return Path(choice.path)
         obj = torch.load(choice.path, map_location=map_location, weights_only=weights_only)
-        self.session.record_resumed(choice.path, choice.reason, step=choice.step)
+        self.resume_path()
         return obj
 
     # --- the loop ----------------------------------------------------------------------------
