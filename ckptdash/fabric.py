@@ -150,6 +150,7 @@ class FabricMonitor:
         self.monitor.close(error)
 
     def __enter__(self) -> FabricMonitor:
+        self.monitor.__enter__()
         return self
 
     def __exit__(

@@ -41,6 +41,7 @@ from ckptdash.lightning_.frames import (
 )
 from ckptdash.lightning_.resume import hook_resume
 from ckptdash.lightning_.signals import take_signals_over
+from ckptdash.train import submitit_job
 from ckptdash.train.async_save import AsyncSaver
 from ckptdash.train.config import TrainConfig
 from ckptdash.train.decision import Decision
@@ -166,6 +167,11 @@ class CkptDashCallback(pl.Callback):
         self.session = session
         max_steps = trainer.max_steps if trainer.max_steps and trainer.max_steps > 0 else None
         session.start(max_steps=max_steps, install_signals=False)
+        # fit() returns after a preemption and the submitted function goes on: only a wrapper
+        # can keep its early return from becoming the submitit job's result.
+        submitit_job.warn_if_unwrapped(
+            "ckptdash.lightning.CkptDashCallback", lead=session.rank == 0
+        )
         self._wrap_checkpoint_io(trainer, session)
         self._record_sharded_saves(trainer, session)
         if self.config.resume:

@@ -27,13 +27,13 @@ from typing import Any
 from ckptdash.errors import SaveError
 from ckptdash.events import CheckpointRemoved, CheckpointSaved, CheckpointStarted, Trigger
 from ckptdash.resume import ResumeChoice
-from ckptdash.train import dist, publish
+from ckptdash.train import dist, publish, submitit_job
 from ckptdash.train.async_save import AsyncSaver, SaveHandle
 from ckptdash.train.config import TrainConfig
 from ckptdash.train.decision import Decision
 from ckptdash.train.saving import META_KEY, durable_existing, record_save, save_atomic
 from ckptdash.train.scheduler import Scheduler
-from ckptdash.train.session import Session
+from ckptdash.train.session import SIGNAL_STOPS, Session
 
 
 class Monitor:
@@ -63,6 +63,9 @@ class Monitor:
         self._saver: AsyncSaver | None = None
         self._declared: set[Path] = set()
         self._announced: set[str] = set()  # paths record_started() announced, awaiting record()
+        self._signal_stops_before = len(SIGNAL_STOPS)
+        self._entered = False  # used as a with block: it can end a preempted submitit attempt
+        self._first_step = True
 
     # --- resume ------------------------------------------------------------------------------
 
@@ -124,6 +127,11 @@ class Monitor:
 
     def step(self, step: int, *, epoch: int | None = None, **metrics: Any) -> Decision | None:
         """Call once per optimizer step, after it. Cheap unless a check is due."""
+        if self._first_step:
+            self._first_step = False
+            if not self._entered:  # only a with block can end a preempted submitit attempt
+                lead = self.session.rank == 0
+                submitit_job.warn_if_unwrapped("ckptdash.Monitor outside a with block", lead=lead)
         decision = self.session.boundary(step, epoch, metrics)
         if decision is not None and not decision.save:  # an anomaly: stop, nothing to save
             self.session.after_save(None)
@@ -385,13 +393,21 @@ class Monitor:
         self._stopped = True
 
     def close(self, error: BaseException | None = None) -> None:
-        """Wait for the saves in flight, record how the attempt ended, restore the handlers."""
+        """Wait for the saves in flight, record how the attempt ended, restore the handlers.
+
+        Leaving a ``with`` block closes it too; in a submitit job (not wrapped in
+        :func:`ckptdash.submitit.preemptible`) whose training a signal stopped, leaving
+        the block then exits the process without a result (``SystemExit``): the
+        function's early return would otherwise become ``job.result()``, and the
+        requeued attempt returns the finished training's value.
+        """
         self._finish_saves()
         if error is not None and self.session.rank == 0:
             self.session.record_exception(error)
         self.session.close(error=error)
 
     def __enter__(self) -> Monitor:
+        self._entered = True
         return self
 
     def __exit__(
@@ -403,8 +419,11 @@ class Monitor:
         if isinstance(exc, KeyboardInterrupt):
             self._finish_saves()
             self.session.close(reason="interrupted")
-        else:
-            self.close(exc)
+            return
+        self.close(exc)
+        stopped_by_signal = len(SIGNAL_STOPS) > self._signal_stops_before
+        if exc is None and stopped_by_signal and submitit_job.unwrapped():
+            raise SystemExit(submitit_job.STOPPED_EXIT_CODE)  # see close(): no partial result
 
     def _finish_saves(self) -> None:
         # Before the attempt's end is recorded: a save still being written when the
