@@ -382,7 +382,7 @@ class CkptDashCallback(pl.Callback):
                 flush_async(trainer.strategy.checkpoint_io)
             session.close()
         else:
-            session.signals.uninstall()
+            session.release_signals()  # one that came after the last check is recorded too
 
     def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
         if stage != "fit" or self.session is None:
