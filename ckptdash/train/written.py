@@ -8,7 +8,8 @@ records what it can see and check, and never fails the training for what it cann
 2. else the path it was given, if something is there;
 3. else the one file (or directory named like the checkpoint) that appeared or changed
    during the save in the given path's folder or a folder up to two levels below it,
-   found by comparing a listing taken before the save with one taken after;
+   found by comparing a listing taken before the save with one taken after (or, when
+   nothing looks changed, the one file there with the checkpoint's name);
 4. else nothing: the save is recorded as *unvalidated* (no size, no checksum) with a warning.
 """
 
@@ -25,8 +26,8 @@ from typing import Any, Final
 _DEPTH: Final = 2
 _MAX_ENTRIES: Final = 20_000
 
-Listing = dict[str, tuple[bool, int, int]]
-"""Path -> (is a directory, size, mtime in ns), for the entries under a folder."""
+Listing = dict[str, tuple[bool, int, int, int]]
+"""Path -> (is a directory, size, mtime in ns, inode), for the entries under a folder."""
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,7 @@ def listing(folder: str | os.PathLike[str], skip: Iterable[Path] = ()) -> Listin
                 st = entry.stat(follow_symlinks=False)
             except OSError:
                 continue
-            out[entry.path] = (is_dir, 0 if is_dir else st.st_size, st.st_mtime_ns)
+            out[entry.path] = (is_dir, 0 if is_dir else st.st_size, st.st_mtime_ns, st.st_ino)
             if is_dir and depth < _DEPTH:
                 pending.append((entry.path, depth + 1))
     return out
@@ -85,10 +86,14 @@ def locate(given: str, before: Listing, after: Listing) -> Located:
     # otherwise it merely holds the files (the ``store/`` a first save creates).
     named_dirs = [p for p in new_dirs if os.path.basename(p) in (name, stem)]
     outside_named = [f for f in changed_files if not any(_under(f, d) for d in named_dirs)]
+    # Last: a file rewritten in place at the same size within one tick of the filesystem's
+    # clock looks unchanged; if exactly one file near the path has its name, it is that one.
+    same_name = [p for p, meta in after.items() if not meta[0] and os.path.basename(p) == name]
     for candidates in (
         named_dirs + [f for f in outside_named if os.path.basename(f) == name],
         [f for f in outside_named if stem and stem in os.path.basename(f)],
         changed_files if not named_dirs else [],
+        same_name,
     ):
         if len(candidates) == 1:
             return Located(candidates[0])

@@ -4,6 +4,8 @@ AsyncCheckpointIO — each preempted by SIGUSR2 and resumed, fit() never raising
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 from typing import Any
@@ -91,6 +93,14 @@ def test_a_users_checkpoint_io_is_preempted_and_resumed(
     if kind.startswith("bucket"):
         assert sig.unvalidated and sig.size_bytes == 0 and sig.checksum == ""
         assert unvalidated and "BucketIO" in unvalidated[0]
+        status = subprocess.run(
+            [sys.executable, "-m", "ckptdash", "status", str(run)],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        (row,) = [line for line in status.splitlines() if "step=6-signal.ckpt" in line]
+        assert "saved (unvalidated)" in row
     else:
         real = _in_store(sig.path) if kind.startswith("store") else Path(sig.path)
         assert (sig.written_at or sig.path) == str(real)

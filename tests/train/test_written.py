@@ -39,6 +39,17 @@ def test_one_file_in_a_store_subfolder_is_found(tmp_path: Path) -> None:
     assert written.locate(str(given), before, written.listing(tmp_path)).path == str(real)
 
 
+def test_a_same_size_rewrite_within_one_clock_tick_is_still_found(tmp_path: Path) -> None:
+    """A file rewritten in place at the same size can keep its mtime (coarse filesystem
+    clocks): then the one file near the path with the checkpoint's name is taken."""
+    given = tmp_path / "last.ckpt"
+    real = tmp_path / "store" / "last.ckpt"
+    real.parent.mkdir()
+    real.write_bytes(b"x" * 10)
+    snapshot = written.listing(tmp_path)
+    assert written.locate(str(given), snapshot, dict(snapshot)).path == str(real)
+
+
 def test_a_new_folder_named_like_the_checkpoint_is_the_checkpoint(tmp_path: Path) -> None:
     """A plugin that writes a folder of shards under another root gets the folder, not a shard."""
     given = tmp_path / "step=7.ckpt"
