@@ -11,6 +11,7 @@
     ├── EventWriteError        an event could not be appended (disk full, permissions, I/O)
     ├── SaveError              a save through Monitor.saving() was not published
     ├── ConfigError            a TrainConfig value is wrong
+    ├── WrongFrameworkError    one framework's ckptdash piece given to another framework
     ├── ThresholdError         a health threshold is wrong
     └── SlurmError             a SLURM command failed or was refused
         ├── SlurmUnavailable   no SLURM commands on this machine
@@ -74,6 +75,11 @@ class SaveError(CkptDashError):
 
 class ConfigError(CkptDashError, ValueError):
     """A configuration value is wrong; the message says which and what to use instead."""
+
+
+class WrongFrameworkError(CkptDashError, TypeError):
+    """A ckptdash piece made for one framework was given to another (the Trainer callback to
+    Lightning Fabric); the message names the piece to use instead."""
 
 
 class ThresholdError(CkptDashError, ValueError):

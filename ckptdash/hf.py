@@ -28,6 +28,7 @@ from typing import Any
 from transformers import TrainerCallback
 
 from ckptdash.events import Trigger
+from ckptdash.train import submitit_job
 from ckptdash.train.config import TrainConfig
 from ckptdash.train.monitor import Monitor
 
@@ -69,6 +70,9 @@ class CkptDashCallback(TrainerCallback):
                 stacklevel=2,
             )
         monitor = self.monitor = Monitor(config=self.config, max_steps=state.max_steps or None)
+        # train() returns after a preemption and the submitted function goes on.
+        lead = monitor.session.rank == 0
+        submitit_job.warn_if_unwrapped("ckptdash.hf.CkptDashCallback", lead=lead)
         out = self._output_dir = Path(os.path.abspath(args.output_dir))
         monitor.declare_checkpoint_dir(out)
         self._known = _checkpoints_in(out)

@@ -47,8 +47,15 @@ class ResumeChoice:
 
 
 def check_checkpoint(info: CheckpointInfo, validate: ValidateMode = "checksum") -> str | None:
-    """Why ``info`` cannot be resumed from, or None if it can (reads bytes, never unpickles)."""
-    path = Path(info.path)
+    """Why ``info`` cannot be resumed from, or None if it can (reads bytes, never unpickles).
+
+    The files checked are where they were really written (``written_at``, when a plugin
+    redirected them). A record ckptdash could not check when it was saved (``unvalidated``)
+    cannot be checked now either: it is trusted, and the loader's own checks decide.
+    """
+    if info.unvalidated:
+        return None
+    path = Path(info.written_at or info.path)
     try:
         if path.is_dir():
             return _check_directory(path, info, validate) or _load_refusal(path, info, validate)
@@ -127,6 +134,11 @@ def choose_resume(
         problem = _opened_outside(state, info) or check_checkpoint(info, validate)
         if problem is None:
             reason = f"newest valid checkpoint (step {info.step}, trigger {info.trigger})"
+            if info.unvalidated:
+                reason = (
+                    f"newest checkpoint (step {info.step}, trigger {info.trigger}),"
+                    " unvalidated: its CheckpointIO wrote where ckptdash cannot check it"
+                )
             if skipped:
                 reason += f"; skipped {len(skipped)} invalid candidate(s)"
             return ResumeChoice(info.path, reason + copied, info.step, skipped)

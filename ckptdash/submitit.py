@@ -19,6 +19,13 @@ so submitit writes none and ``job.result()`` waits for the requeued attempt,
 which resumes from the signal save and returns the finished training's value.
 (A SIGTERM stop, with no requeue by ckptdash, also leaves no result: better none
 than a partial one reported as final.)
+
+A function whose loop is a ``with ckptdash.Monitor(...)`` block needs no wrapper: in a
+submitit job the Monitor itself exits without a result when a signal stopped its attempt
+(leaving the block, or :meth:`~ckptdash.Monitor.close`). The wrapper is needed where the
+training is not a Monitor (a Lightning Trainer or HF Trainer callback: ``fit()`` returns
+and the function goes on); such an unwrapped job says so in one line at start-up. Inside
+the wrapper the Monitor leaves the exit to it, so code after the block still runs.
 """
 
 from __future__ import annotations
@@ -26,12 +33,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
+from ckptdash.train import submitit_job
 from ckptdash.train.session import SIGNAL_STOPS
+from ckptdash.train.submitit_job import STOPPED_EXIT_CODE
+
+__all__ = ["STOPPED_EXIT_CODE", "Preemptible", "preemptible"]
 
 R = TypeVar("R")
-
-STOPPED_EXIT_CODE = 3
-"""Exit status of an attempt that a signal stopped (requeued, or about to be killed)."""
 
 
 class Preemptible(Generic[R]):
@@ -45,7 +53,8 @@ class Preemptible(Generic[R]):
 
     def __call__(self, *args: Any, **kwargs: Any) -> R:
         before = len(SIGNAL_STOPS)
-        result = self.function(*args, **kwargs)
+        with submitit_job.wrapped_call():
+            result = self.function(*args, **kwargs)
         if len(SIGNAL_STOPS) > before:
             # SystemExit is not an Exception: submitit's job runner lets it through without
             # writing a result or an error, as its own requeue does.

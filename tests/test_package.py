@@ -31,9 +31,9 @@ def test_framework_modules_load_when_first_named() -> None:
         "import ckptdash; "
         "print(ckptdash.hf.CkptDashCallback.__name__, ckptdash.dcp.save.__name__,"
         " ckptdash.accelerate.save_state.__name__, ckptdash.submitit.preemptible.__name__,"
-        " ckptdash.lightning.CkptDashCallback.__name__)"
+        " ckptdash.lightning.CkptDashCallback.__name__, ckptdash.fabric.FabricMonitor.__name__)"
     )
-    assert names == "CkptDashCallback save save_state preemptible CkptDashCallback"
+    assert names == "CkptDashCallback save save_state preemptible CkptDashCallback FabricMonitor"
 
 
 def test_public_surface_is_pinned() -> None:

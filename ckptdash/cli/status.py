@@ -232,8 +232,8 @@ def _checkpoints_table(run: RunDir, state: RunState) -> str:
             [
                 _opt(c.step),
                 c.trigger,
-                c.status,
-                fmt.size(c.size_bytes, "-"),
+                c.status + (" (unvalidated)" if c.unvalidated else ""),
+                "-" if c.unvalidated else fmt.size(c.size_bytes, "-"),
                 "-" if c.duration_s is None else f"{c.duration_s:.2f}",
                 _opt(c.attempt),
                 _rel(c.path, run.root),

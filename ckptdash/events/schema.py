@@ -114,6 +114,13 @@ class CheckpointSaved(Event, frozen=True, tag="checkpoint_saved"):
     monitored: dict[str, float] | None = None
     """The metric a Lightning ``ModelCheckpoint`` monitors and its value at this save
     (``{"val_loss": 0.31}``; one entry per ModelCheckpoint with a ``monitor``)."""
+    written_at: str | None = None
+    """Where a framework's CheckpointIO handed ``path`` really wrote the files (a plugin
+    that redirects): what ckptdash fsynced, checksummed and validates. ``path`` stays what
+    a resume hands back to that IO to load."""
+    unvalidated: str | None = None
+    """Why ckptdash could not see the files a CheckpointIO wrote for ``path`` (then
+    ``size_bytes`` is 0 and there is no checksum: the IO's own load is the only check)."""
 
 
 class CheckpointFailed(Event, frozen=True, tag="checkpoint_failed"):

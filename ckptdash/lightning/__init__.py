@@ -19,6 +19,7 @@ import os
 from collections.abc import Callable, Iterator
 from typing import Any, Final
 
+from ckptdash.errors import WrongFrameworkError
 from ckptdash.events import CheckpointSaved, Trigger
 from ckptdash.lightning.checkpoint_io import (
     RecordingCheckpointIO,
@@ -40,6 +41,7 @@ from ckptdash.lightning.frames import (
 )
 from ckptdash.lightning.resume import hook_resume
 from ckptdash.lightning.signals import take_signals_over
+from ckptdash.train import submitit_job
 from ckptdash.train.async_save import AsyncSaver
 from ckptdash.train.config import TrainConfig
 from ckptdash.train.decision import Decision
@@ -71,6 +73,15 @@ def _skip_unused_hooks(callback: pl.Callback) -> None:
     for name in _UNUSED_BATCH_HOOKS:
         if getattr(type(callback), name, None) is getattr(pl.Callback, name, None):
             setattr(callback, name, None)
+
+
+_NOT_FOR_FABRIC: Final = (
+    "ckptdash: CkptDashCallback is the Lightning Trainer's callback, and Fabric never runs its"
+    " hooks (no run directory, no signal handling: a signal would end the job unsaved). With"
+    " Fabric, drop it from L.Fabric(callbacks=[...]) and wrap the loop in"
+    " ckptdash.fabric.FabricMonitor(fabric, run_dir) after fabric.launch()"
+    " (docs/frameworks.md, Lightning Fabric)."
+)
 
 
 class CkptDashCallback(pl.Callback):
@@ -137,6 +148,16 @@ class CkptDashCallback(pl.Callback):
         if self._user_hook is not None:
             self._user_hook(event)
 
+    # --- Lightning Fabric: not this callback's framework ---------------------------------------
+
+    # Fabric calls these two on its callbacks (at fabric.setup and after optimizer.step); the
+    # Trainer never does. Failing there is the earliest moment Fabric shows itself.
+    def on_after_setup(self, fabric: Any = None, module: Any = None) -> None:
+        raise WrongFrameworkError(_NOT_FOR_FABRIC)
+
+    def on_after_optimizer_step(self, strategy: Any = None, optimizer: Any = None) -> None:
+        raise WrongFrameworkError(_NOT_FOR_FABRIC)
+
     # --- Lightning hooks ---------------------------------------------------------------------
 
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
@@ -146,6 +167,11 @@ class CkptDashCallback(pl.Callback):
         self.session = session
         max_steps = trainer.max_steps if trainer.max_steps and trainer.max_steps > 0 else None
         session.start(max_steps=max_steps, install_signals=False)
+        # fit() returns after a preemption and the submitted function goes on: only a wrapper
+        # can keep its early return from becoming the submitit job's result.
+        submitit_job.warn_if_unwrapped(
+            "ckptdash.lightning.CkptDashCallback", lead=session.rank == 0
+        )
         self._wrap_checkpoint_io(trainer, session)
         self._record_sharded_saves(trainer, session)
         if self.config.resume:
@@ -356,7 +382,7 @@ class CkptDashCallback(pl.Callback):
                 flush_async(trainer.strategy.checkpoint_io)
             session.close()
         else:
-            session.signals.uninstall()
+            session.release_signals()  # one that came after the last check is recorded too
 
     def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
         if stage != "fit" or self.session is None:

@@ -5,13 +5,21 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
 from collections.abc import Callable
 from typing import Any, Final, Protocol
 
 from ckptdash.events import CheckpointRemoved, CheckpointSaved, Trigger
 from ckptdash.lightning.compat import CheckpointIO, TorchCheckpointIO
+from ckptdash.train import written
 from ckptdash.train.async_save import AsyncSaver
-from ckptdash.train.saving import META_KEY, durable_existing, record_save, save_atomic
+from ckptdash.train.saving import (
+    META_KEY,
+    Written,
+    durable_existing,
+    record_save,
+    save_atomic,
+)
 from ckptdash.train.session import Session
 
 # The file name _MultiProcessingLauncher gives the weights a ddp_spawn worker hands back.
@@ -70,6 +78,7 @@ class RecordingCheckpointIO(CheckpointIO):
                 lambda: self.inner.save_checkpoint(
                     checkpoint, path, storage_options=storage_options
                 ),
+                plugin=self.inner,
             )
             return
         meta = stamp(self.session, self.callback, checkpoint)
@@ -128,17 +137,49 @@ def record_written(
     write_files: Callable[[], object],
     *,
     lead: bool = True,
+    plugin: Any = None,
 ) -> None:
     """Record a save that other code writes (a custom CheckpointIO, a sharded strategy): stamp
     ckptdash's metadata into ``checkpoint``, run ``write_files``, then on the ``lead`` rank fsync
-    what it wrote (a file, or a directory of shards) and record it as saved."""
+    what it wrote (a file, or a directory of shards) and record it as saved.
+
+    A ``plugin`` (a user's CheckpointIO) may write somewhere other than ``path``: what it really
+    wrote is looked for (:mod:`ckptdash.train.written`) and recorded as ``written_at``; if
+    nothing can be found the save is recorded as unvalidated, with a warning, and training
+    goes on: ckptdash never fails a save that worked for a path it cannot see.
+    """
     meta = stamp(session, callback, checkpoint)
     target = os.path.abspath(os.fspath(path))
     declare_dir_of(session, target)
+    folder = os.path.dirname(target)
+    own = (session.run.events, session.run.inbox.parent)  # ckptdash's files change meanwhile
 
-    def write() -> tuple[int, str]:
+    def write() -> tuple[int, str] | Written:
+        before = written.listing(folder, own) if lead and plugin is not None else {}
         write_files()
-        return durable_existing(target) if lead else (0, "")
+        if not lead:
+            return 0, ""
+        if plugin is None:
+            return durable_existing(target)
+        real = written.reported_by(plugin, target)
+        if real is None:
+            found = written.locate(target, before, written.listing(folder, own))
+            real = found.path
+            if real is None:
+                warnings.warn(
+                    f"ckptdash: {type(plugin).__name__} saved {target} where ckptdash cannot"
+                    f" see it ({found.why_not}); recorded as unvalidated",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+                return Written(0, "", unvalidated=found.why_not)
+        try:
+            size, checksum = durable_existing(real)
+        except OSError as exc:  # the plugin's files, unreadable to ckptdash: its save worked
+            why = f"cannot read {real}: {exc.strerror or exc}"
+            warnings.warn(f"ckptdash: {why}; recorded as unvalidated", RuntimeWarning, 2)
+            return Written(0, "", unvalidated=why)
+        return Written(size, checksum, written_at=None if real == target else real)
 
     saved = record_save(
         session.writer if lead else None,

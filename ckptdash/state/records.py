@@ -86,6 +86,10 @@ class CheckpointInfo:
     monitored: dict[str, float] | None = None
     """A Lightning ModelCheckpoint's monitored metric and its value at this save."""
     checksum: str = ""
+    written_at: str | None = None
+    """Where the CheckpointIO handed ``path`` really wrote it (what validation checks)."""
+    unvalidated: str = ""
+    """Why ckptdash could not check the files (a CheckpointIO writing where it cannot see)."""
     attempt: int | None = None
     rank: int | None = None
     error: str = ""

@@ -27,13 +27,13 @@ from typing import Any
 from ckptdash.errors import SaveError
 from ckptdash.events import CheckpointRemoved, CheckpointSaved, CheckpointStarted, Trigger
 from ckptdash.resume import ResumeChoice
-from ckptdash.train import dist, publish
+from ckptdash.train import dist, publish, submitit_job
 from ckptdash.train.async_save import AsyncSaver, SaveHandle
 from ckptdash.train.config import TrainConfig
 from ckptdash.train.decision import Decision
 from ckptdash.train.saving import META_KEY, durable_existing, record_save, save_atomic
 from ckptdash.train.scheduler import Scheduler
-from ckptdash.train.session import Session
+from ckptdash.train.session import SIGNAL_STOPS, Session
 
 
 class Monitor:
@@ -58,10 +58,14 @@ class Monitor:
         self.session = Session(config, scheduler=scheduler)
         self.session.start(max_steps=max_steps, install_signals=install_signals)
         self._resume: ResumeChoice | None = None
+        self._resume_recorded = False
         self._stopped = False  # stop() was called; a decided stop is the session's
         self._saver: AsyncSaver | None = None
         self._declared: set[Path] = set()
         self._announced: set[str] = set()  # paths record_started() announced, awaiting record()
+        self._signal_stops_before = len(SIGNAL_STOPS)
+        self._entered = False  # used as a with block: it can end a preempted submitit attempt
+        self._first_step = True
 
     # --- resume ------------------------------------------------------------------------------
 
@@ -71,6 +75,27 @@ class Monitor:
         if self._resume is None:
             self._resume = self.session.choose_resume()
         return self._resume
+
+    def resume_path(self) -> str | None:
+        """The checkpoint to resume from, validated, and recorded as this attempt's resume;
+        None on a fresh start.
+
+        For a loader that restores in place and hands nothing back to ckptdash
+        (``fabric.load(path, state)``, ``dcp.load``, your own ``load_state_dict``): the
+        path is the resume rule's choice (the pin, else the newest valid checkpoint),
+        checked file by file, and ``run_resumed`` names it, so ``ckptdash status``
+        shows "resumed from". Call it on every rank (the choice is agreed), then load;
+        the resume is recorded once however often it is called. Unlike
+        :func:`ckptdash.resume_path`, which only answers, this records.
+
+        >>> if (path := monitor.resume_path()) is not None:  # doctest: +SKIP
+        ...     fabric.load(path, state)
+        """
+        choice = self.resume_choice
+        if choice.path is not None and not self._resume_recorded:
+            self._resume_recorded = True
+            self.session.record_resumed(choice.path, choice.reason, step=choice.step)
+        return choice.path
 
     def load(self, map_location: Any = "cpu", weights_only: bool = True) -> Any:
         """Load the checkpoint the resume rule chose and record it; None on a fresh start.
@@ -92,16 +117,21 @@ class Monitor:
         if os.path.isdir(choice.path):
             # A directory checkpoint (DCP, Hugging Face, Accelerate) is loaded by its own
             # framework: hand back its path, e.g. for dcp.load(state, checkpoint_id=path).
-            self.session.record_resumed(choice.path, choice.reason, step=choice.step)
+            self.resume_path()
             return Path(choice.path)
         obj = torch.load(choice.path, map_location=map_location, weights_only=weights_only)
-        self.session.record_resumed(choice.path, choice.reason, step=choice.step)
+        self.resume_path()
         return obj
 
     # --- the loop ----------------------------------------------------------------------------
 
     def step(self, step: int, *, epoch: int | None = None, **metrics: Any) -> Decision | None:
         """Call once per optimizer step, after it. Cheap unless a check is due."""
+        if self._first_step:
+            self._first_step = False
+            if not self._entered:  # only a with block can end a preempted submitit attempt
+                lead = self.session.rank == 0
+                submitit_job.warn_if_unwrapped("ckptdash.Monitor outside a with block", lead=lead)
         decision = self.session.boundary(step, epoch, metrics)
         if decision is not None and not decision.save:  # an anomaly: stop, nothing to save
             self.session.after_save(None)
@@ -363,13 +393,21 @@ class Monitor:
         self._stopped = True
 
     def close(self, error: BaseException | None = None) -> None:
-        """Wait for the saves in flight, record how the attempt ended, restore the handlers."""
+        """Wait for the saves in flight, record how the attempt ended, restore the handlers.
+
+        Leaving a ``with`` block closes it too; in a submitit job (not wrapped in
+        :func:`ckptdash.submitit.preemptible`) whose training a signal stopped, leaving
+        the block then exits the process without a result (``SystemExit``): the
+        function's early return would otherwise become ``job.result()``, and the
+        requeued attempt returns the finished training's value.
+        """
         self._finish_saves()
         if error is not None and self.session.rank == 0:
             self.session.record_exception(error)
         self.session.close(error=error)
 
     def __enter__(self) -> Monitor:
+        self._entered = True
         return self
 
     def __exit__(
@@ -381,8 +419,11 @@ class Monitor:
         if isinstance(exc, KeyboardInterrupt):
             self._finish_saves()
             self.session.close(reason="interrupted")
-        else:
-            self.close(exc)
+            return
+        self.close(exc)
+        stopped_by_signal = len(SIGNAL_STOPS) > self._signal_stops_before
+        if exc is None and stopped_by_signal and submitit_job.unwrapped():
+            raise SystemExit(submitit_job.STOPPED_EXIT_CODE)  # see close(): no partial result
 
     def _finish_saves(self) -> None:
         # Before the attempt's end is recorded: a save still being written when the

@@ -11,6 +11,7 @@ import os
 import time
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -21,6 +22,17 @@ from ckptdash.rundir.hashing import checksum_file
 from ckptdash.rundir.writer import EventWriter
 
 META_KEY = "ckptdash"
+
+
+@dataclass(frozen=True)
+class Written:
+    """What a write that other code did left: its size and checksum, and where it went
+    when that is not the path it was handed (``written_at``), or why nobody can tell."""
+
+    size_bytes: int
+    checksum: str
+    written_at: str | None = None
+    unvalidated: str | None = None
 
 
 def torch_writer(obj: Any) -> Callable[[IO[bytes]], None]:
@@ -40,13 +52,14 @@ def record_save(
     trigger: Trigger,
     step: int | None,
     epoch: int | None,
-    write: Callable[[], tuple[int, str]],
+    write: Callable[[], tuple[int, str] | Written],
     announce: bool = True,
     began: float | None = None,
     blocking_s: float | None = None,
     monitored: dict[str, float] | None = None,
 ) -> CheckpointSaved | None:
-    """Run ``write`` (returns size and checksum) between a started and a saved/failed event.
+    """Run ``write`` (returns size and checksum, or a :class:`Written`) between a started and
+    a saved/failed event.
 
     ``announce=False``: the ``checkpoint_started`` was already written (before the other
     code began writing, so that a kill during the write is known to the next attempt).
@@ -65,7 +78,7 @@ def record_save(
     if began is None:
         began = time.perf_counter()
     try:
-        size, checksum = write()
+        result = write()
     except BaseException as exc:
         if writer is not None:
             try:
@@ -82,17 +95,22 @@ def record_save(
     duration = time.perf_counter() - began
     if writer is None:
         return None
+    written = result if isinstance(result, Written) else Written(*result)
+    where = {} if written.written_at is None else {"written_at": written.written_at}
+    if written.unvalidated is not None:
+        where["unvalidated"] = written.unvalidated
     event = writer.emit(
         CheckpointSaved,
         step=step,
         path=spath,
         trigger=trigger,
-        size_bytes=size,
+        size_bytes=written.size_bytes,
         duration_s=duration,
-        checksum=checksum,
+        checksum=written.checksum,
         epoch=epoch,
         **({} if blocking_s is None else {"blocking_s": blocking_s}),
         **({} if not monitored else {"monitored": monitored}),
+        **where,
     )
     assert isinstance(event, CheckpointSaved)
     return event

@@ -128,6 +128,9 @@ class Session:
         self._next_poll = 0.0
         self._next_heartbeat = 0.0
         self._max_steps: int | None = None
+        # At this step and the next every boundary is an agreement: a signal in the last step
+        # is acted on by all ranks instead of ending training unseen between two agreements.
+        self._always_check_from = sys.maxsize
         self._started = False
         self._closed = False
         self._pulser: Pulser | None = None
@@ -167,6 +170,9 @@ class Session:
             return
         self._started = True
         self._max_steps = max_steps
+        if max_steps:
+            # max_steps - 1: a loop's last step index; Lightning counts max_steps after it.
+            self._always_check_from = max_steps - 1
         run_guard = RunGuard(
             Claimant(
                 run=self.run,
@@ -305,6 +311,9 @@ class Session:
                 self._answer(
                     claimed, CommandExpired, reason="training ended before the command was applied"
                 )
+        # A signal since the last agreement (after the last step, or during it without a
+        # known max_steps) has nothing left to act on, but is recorded on the rank it reached.
+        self._take_signals()
         if error is not None:
             # On every rank that saw it (others in their own file): when one rank fails,
             # rank 0 may never get to record anything.
@@ -315,7 +324,7 @@ class Session:
                 self.writer.emit(RunFinished, step=self.step, reason=self.stop_reason or reason)
         # Only now: a SIGTERM while the outcome is written (SLURM's, right after a requeue)
         # is recorded by our handler instead of ending the process first.
-        self.signals.uninstall()
+        self.release_signals()
         if self._writer is not None:
             # Stays open: a user's trainer.save_checkpoint() after fit() is still recorded.
             self._writer.sync()
@@ -386,7 +395,11 @@ class Session:
         """
         self.step = step
         self._countdown -= 1
-        if self._countdown > 0 and not (self.world_size == 1 and self.signals.received):
+        if (
+            self._countdown > 0
+            and not self._always_check_from <= step <= self._always_check_from + 1
+            and not (self.world_size == 1 and self.signals.received)
+        ):
             return None
         self.epoch = epoch
         return self._check(metrics)
@@ -457,6 +470,11 @@ class Session:
             self._check_every = int(min(max(target, 1), 10_000))
         self._last_check_step = self.step
         self._last_check_time = now
+
+    def release_signals(self) -> None:
+        """Put the handlers from before back, recording every signal they still hold."""
+        self.signals.uninstall()
+        self._take_signals()
 
     def _take_signals(self) -> None:
         for received in self.signals.take():

@@ -97,9 +97,12 @@ def test_lightning_usr1_applies_the_requeue_budget(scenarios: Scenarios) -> None
 # --- submitit ----------------------------------------------------------------------------------
 
 
-def _submitit(s: Scenario, preempt: Callable[[Any, Job, Path], None]) -> dict[str, Any]:
-    """Submit submitit_job.train through preemptible() with submitit's defaults, preempt it
-    once with ``preempt(submitit_job, job, run)``, and wait for its result."""
+def _submitit(
+    s: Scenario, preempt: Callable[[Any, Job, Path], None], *, wrap: bool = True
+) -> dict[str, Any]:
+    """Submit submitit_job.train (through preemptible() unless not ``wrap``) with submitit's
+    defaults, preempt it once with ``preempt(submitit_job, job, run)``, and wait for its
+    result."""
     import submitit
 
     from ckptdash.submitit import preemptible
@@ -113,7 +116,8 @@ def _submitit(s: Scenario, preempt: Callable[[Any, Job, Path], None]) -> dict[st
         timeout_min=10,
         slurm_setup=[f"export PYTHONPATH={REPO_ROOT}", "export OMP_NUM_THREADS=1"],
     )
-    sub = executor.submit(preemptible(submitit_job.train), str(run), str(reports), STEPS)
+    function = preemptible(submitit_job.train) if wrap else submitit_job.train
+    sub = executor.submit(function, str(run), str(reports), STEPS)
     job = Job(sub.job_id, Path(sub.paths.stdout), reports, Path(sub.paths.submission_file))
     s.jobs.append(job)
     s.runs.append(run)
@@ -124,12 +128,20 @@ def _submitit(s: Scenario, preempt: Callable[[Any, Job, Path], None]) -> dict[st
         "fields": s.wait_done(job),
         "events": read_events(run),
         "reports": [job.report(0), job.report(1)],
+        "stderr": Path(sub.paths.stderr).read_text(errors="replace"),
     }
 
 
 def drive_submitit(s: Scenario) -> dict[str, Any]:
     # Submitit runs the function under srun: a plain scancel --signal reaches it.
     return _submitit(s, lambda sub, job, run: _preempt(s, job, run, "USR2", batch=False))
+
+
+def drive_submitit_unwrapped(s: Scenario) -> dict[str, Any]:
+    def usr2(sub: Any, job: Job, run: Path) -> None:
+        _preempt(s, job, run, "USR2", batch=False)
+
+    return _submitit(s, usr2, wrap=False)
 
 
 def drive_submitit_interrupt(s: Scenario) -> dict[str, Any]:
@@ -173,3 +185,15 @@ def test_submitits_own_interrupt_sigterm_then_usr2_is_one_save_and_one_requeue(
     job): the two signals add up to one preemption — one signal save, one requeue, the next
     attempt resumes right after the save and job.result() is the completed training's."""
     _check_one_preemption(scenarios.result(drive_submitit_interrupt))
+
+
+@scenario(drive_submitit_unwrapped)
+def test_an_unwrapped_submitit_function_with_a_monitor_block_returns_the_final_result(
+    scenarios: Scenarios,
+) -> None:
+    """The same plain function submitted *without* preemptible(): its ``with Monitor`` block
+    ends the preempted attempt without a result, so job.result() is still the completed
+    training's value, not the early return of the preempted attempt; no wrap warning."""
+    r = scenarios.result(drive_submitit_unwrapped)
+    _check_one_preemption(r)
+    assert "not wrapped" not in r["stderr"]

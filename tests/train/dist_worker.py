@@ -6,6 +6,8 @@ what it did (first and last step, the steps it saved at, whether it stopped, wha
 ``REPORT_DIR/rank<R>.json`` so the test can compare the ranks.
 
 ``--signal-at S``: rank 1 alone sends itself SIGUSR2 after step S.
+``--signal-after-loop`` (monitor): rank 1 sends itself SIGUSR2 after the loop, before the
+Monitor's block ends.
 ``--sharded`` (lightning): FSDP2 through ModelParallelStrategy, saving directories of shards.
 ``--gate-at S``: after step S rank 0 writes ``REPORT_DIR/ready`` and waits until a command is in
 the run's inbox (rank 1 meanwhile waits in the next step's gradient all_reduce), so a command
@@ -109,6 +111,8 @@ def monitor_main(args: argparse.Namespace, report: dict[str, Any]) -> None:
             if monitor.should_stop:
                 report["stopped"] = True
                 break
+        if rank == 1 and args.signal_after_loop:
+            os.kill(os.getpid(), signal.SIGUSR2)  # training is over; the Monitor is still open
     del ddp  # before the group: see _leave_group
     _leave_group()
 
@@ -195,6 +199,9 @@ def main() -> None:
     parser.add_argument("--signal-at", type=int, default=-1)
     parser.add_argument("--gate-at", type=int, default=-1)
     parser.add_argument("--sharded", action="store_true", help="lightning: FSDP2 shards")
+    parser.add_argument(
+        "--signal-after-loop", action="store_true", help="monitor: rank 1 signals after training"
+    )
     args = parser.parse_args()
     rank = int(os.environ["RANK"])
     report: dict[str, Any] = {

@@ -54,13 +54,14 @@ def checkpoint_frame(snap: RunSnapshot | None) -> pd.DataFrame:
             marks.append("pinned")
         status = c.status + (f": {c.reason}" if c.reason else "")
         status += f" ({c.error})" if c.error else ""
+        status += f" (unvalidated: {c.unvalidated})" if c.unvalidated else ""
         rows.append(
             {
                 "step": c.step,
                 "epoch": c.epoch,
                 "trigger": c.trigger,
                 "time": _local(c.t),
-                "size": c.size_bytes,
+                "size": None if c.unvalidated else c.size_bytes,  # nothing ckptdash could see
                 "save s": c.duration_s,
                 "stall s": c.blocking_s,  # below "save s" when it persisted in the background
                 "status": status,
