@@ -17,7 +17,9 @@ def add_commands(sub: Any) -> None:
         "demo", help="run a small real training: two preemptions, a kill, resumes (~1 min)"
     )
     s.add_argument(
-        "--run-dir", default="runs/demo", help="where the demo writes (default %(default)s)"
+        "--run-dir",
+        help="where the demo writes (default runs/demo; the first free runs/demo-N once that"
+        " holds a demo)",
     )
     s.add_argument(
         "--steps", type=int, default=DEFAULT_STEPS, help="training steps (default %(default)s)"
@@ -100,13 +102,15 @@ def add_commands(sub: Any) -> None:
 
 def demo_command(args: argparse.Namespace) -> int:
     """``ckptdash demo``: a small real training with preemptions, a kill and resumes."""
-    from ckptdash.demo import run_demo
+    from ckptdash.demo import choose_run_dir, run_demo
 
     if not 0 <= args.port <= 65535:
         raise CkptDashError(f"--port {args.port}: must be 0 (any free port) to 65535")
-
+    run_dir, said = choose_run_dir(None if args.run_dir is None else Path(args.run_dir))
+    if said:
+        print(said, flush=True)
     return run_demo(
-        Path(args.run_dir),
+        run_dir,
         steps=args.steps,
         preempt_every_s=args.preempt_every,
         max_preemptions=args.max_preemptions,
