@@ -17,7 +17,7 @@ from typing import Any
 
 import panel as pn
 
-from ckptdash import control
+from ckptdash import control, fmt
 from ckptdash.dash.model import DashModel, run_status
 from ckptdash.dash.snapshot import RunSnapshot
 from ckptdash.dash.text import esc, relative
@@ -41,6 +41,7 @@ def command_answer(label: str, snap: RunSnapshot | None, command_id: str) -> str
     info = None if snap is None else next((c for c in snap.commands if c.id == command_id), None)
     if info is None:
         return None
+    command_id = fmt.short_id(command_id)
     if info.status == "applied":
         what = relative(info.detail, snap.root) if snap is not None and info.detail else ""
         return f"{label} applied ({command_id})" + (f": {what}" if what else "")
@@ -131,7 +132,7 @@ class ControlActions:
         )
         self.last_command = (cmd.id, "Save now")
         self._nudge()
-        return f"Save now sent ({cmd.id}); waiting for the job's answer"
+        return f"Save now sent ({fmt.short_id(cmd.id)}); waiting for the job's answer"
 
     def stop_after_save(self) -> str:
         """Ask the job to save, then end without requeue (the view asks for confirmation)."""
@@ -141,7 +142,7 @@ class ControlActions:
         )
         self.last_command = (cmd.id, "Stop after save")
         self._nudge()
-        return f"Stop after save sent ({cmd.id}); waiting for the job's answer"
+        return f"Stop after save sent ({fmt.short_id(cmd.id)}); waiting for the job's answer"
 
     def set_requeue_suspended(self, suspended: bool) -> str:
         """Suspend (True) or resume (False) automatic requeue after preemption."""
