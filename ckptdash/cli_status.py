@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from ckptdash import control, fmt, health_cli, slurm_admin
+from ckptdash import control, fmt, health_cli, run_words, slurm_admin
 from ckptdash.errors import CkptDashError
 from ckptdash.records import SHOWN_STALE_AFTER_S, AttemptInfo
 from ckptdash.resume import choose_resume, load_state
@@ -55,20 +55,8 @@ def status_command(args: argparse.Namespace) -> int:
 
 
 def run_word(state: RunState, now: float, stale_after_s: float = SHOWN_STALE_AFTER_S) -> str:
-    """The run's state in one word, as the dashboard's badge says it."""
-    newest = _newest(state)
-    if newest is None:
-        return "waiting"
-    if newest.outcome == "running":
-        seen = newest.last_heartbeat_t
-        return "stale" if seen is not None and now - seen > stale_after_s else "running"
-    if newest.outcome in ("finished", "failed"):
-        return newest.outcome
-    if any(r.issued for r in state.requeues if r.attempt == newest.attempt):
-        return "requeue pending"
-    if newest.end_reason in ("preempted", "terminated"):
-        return "preempted"
-    return "stopped"
+    """The run's state in one word, as the dashboard's badge says it (:mod:`ckptdash.run_words`)."""
+    return run_words.run_word(_newest(state), state.requeues, state.signals, now, stale_after_s)
 
 
 def _newest(state: RunState) -> AttemptInfo | None:
@@ -84,7 +72,10 @@ def render_run_lines(runs: list[RunDir], states: list[RunState], now: float | No
         newest = _newest(state)
         saved = [c for c in state.checkpoints.values() if c.status == "saved"]
         best = max(saved, key=lambda c: (c.step or 0, c.t or 0), default=None)
-        step = "-" if newest is None else _opt(newest.step)
+        step = "-"
+        if newest is not None:
+            done = newest.outcome == "finished"
+            step = _opt(fmt.steps_done(newest.step, newest.max_steps, done))
         if newest is not None and newest.max_steps:
             step += f" / {newest.max_steps}"
         rows.append(

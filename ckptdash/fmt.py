@@ -36,6 +36,15 @@ def short_id(command_id: str) -> str:
     return command_id[:8]
 
 
+def steps_done(step: int | None, max_steps: int | None, finished: bool) -> int | None:
+    """The step to show beside ``/ max_steps``. A 0-based loop (``for step in range(400)``,
+    the plain-PyTorch way) reports its last step as 399: once the attempt has *finished*, that
+    is all 400 steps done, and reads ``400 / 400``, as Lightning's 1-based count does."""
+    if finished and step is not None and max_steps and step == max_steps - 1:
+        return max_steps
+    return step
+
+
 def clock(t: float | None, missing: str = DASH) -> str:
     """Local wall time ``2026-11-29 16:57:23``."""
     if t is None:

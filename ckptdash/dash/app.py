@@ -27,6 +27,7 @@ from ckptdash.dash import embed
 from ckptdash.dash.badput_view import BadputView
 from ckptdash.dash.controls import ControlActions, Controls, default_author
 from ckptdash.dash.delivery import Delivery
+from ckptdash.dash.feed_view import EventsFeed
 from ckptdash.dash.health_view import HealthBanner, RanksView
 from ckptdash.dash.hub import WatcherHub, shared_hub
 from ckptdash.dash.kernelcomms import open_off_main_thread
@@ -136,6 +137,7 @@ class Dashboard(pn.viewable.Viewer):  # type: ignore[misc]
         self.table = CheckpointTable(self.model, self.controls)
         self.timeline = Timeline(self.model)
         self.commands = CommandsView(self.model)
+        self.feed = EventsFeed(self.model)
         self.goodput = GoodputView(self.model)
         self.badput = BadputView(self.model)
         self.metrics = MetricsPlot(self.model, self.controls)
@@ -149,6 +151,7 @@ class Dashboard(pn.viewable.Viewer):  # type: ignore[misc]
             self.alerts,
             self.controls,
             self.scheduler,
+            self.feed,
             self.timeline,
             self.metrics,
             pn.Row(

@@ -31,7 +31,7 @@ def default_author() -> str:
 
 
 def requeue_said(suspended: bool) -> str:
-    """What a click on Suspend / Resume auto-requeue says it did to the run's setting."""
+    """What a click on Suspend / Allow auto-requeue says it did to the run's setting."""
     return "auto-requeue suspended" if suspended else "auto-requeue resumed"
 
 
@@ -62,6 +62,8 @@ def commands_off_reason(model: DashModel) -> str:
     failed or went silent it would sit there until it expires, looking as if it worked.
     """
     snap = model.run
+    if snap is None and not model.runs:
+        return "waiting for the run to start (no attempt has written to it yet)"
     if snap is None:
         return "no run is selected"
     status, _ = run_status(snap, model.now, model.stale_after_s)
@@ -69,6 +71,11 @@ def commands_off_reason(model: DashModel) -> str:
         return "the run finished: no attempt is running to take a command"
     if status == "failed":
         return "the run failed: no attempt is running to take a command"
+    if status in ("stopped", "terminated", "preempted", "lost"):
+        return (
+            f"the run is {status} and not requeued: no attempt is running to take a command"
+            " (`ckptdash save RUN` queues one for a next attempt)"
+        )
     if status == "stale":
         seen = snap.last_seen
         idle = 0.0 if seen is None else max(0.0, model.now - seen)
@@ -120,6 +127,8 @@ class ControlActions:
         """The selected run, checked against the runs this dashboard lists (and the lock)."""
         self.check_allowed()
         snap: RunSnapshot | None = self.model.run
+        if snap is None and not self.model.runs:
+            raise ControlError("waiting for the run to start: no attempt has written to it yet")
         if snap is None or not any(r.root == snap.root for r in self.model.runs):
             raise ControlError("no run is selected; pick one in the run list")
         return snap
@@ -225,7 +234,7 @@ class Controls(pn.viewable.Viewer):  # type: ignore[misc]
         self._suspended_shown = suspended
         relabel(
             self.requeue_button,
-            "Resume auto-requeue" if suspended else "Suspend auto-requeue",
+            "Allow auto-requeue" if suspended else "Suspend auto-requeue",
             "success" if suspended else "warning",
         )
         locked = self.actions.locked

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 import panel as pn
-from bokeh.models import ColumnDataSource, HoverTool
+from bokeh.models import ColumnDataSource, DatetimeTickFormatter, HoverTool
 from bokeh.plotting import figure
 
 from ckptdash import fmt
@@ -229,7 +229,22 @@ def _empty_figure(height: int) -> Any:
     )
     fig.xgrid.grid_line_alpha = 0.3
     fig.ygrid.grid_line_alpha = 0.3
+    fig.xaxis.formatter = clock_ticks()
     return fig
+
+
+def clock_ticks() -> DatetimeTickFormatter:
+    """Wall-clock ticks at every zoom: Bokeh's defaults read "0ms", "500ms", "1s" on the few
+    seconds after a run starts, which look like durations, not times."""
+    clock = "%H:%M:%S"
+    return DatetimeTickFormatter(
+        milliseconds=f"{clock}.%3N",
+        seconds=clock,
+        minsec=clock,
+        minutes="%H:%M",
+        hourmin="%H:%M",
+        hours="%H:%M",
+    )
 
 
 def _band_glyphs(fig: Any, s: dict[str, ColumnDataSource]) -> list[Any]:

@@ -44,6 +44,10 @@ CSS: Final = """
 .ck .st-rejected, .ck .st-malformed { color: #c92a2a; }
 .ck .st-expired { color: #e8590c; }
 .ck .problem { color: #c92a2a; font-weight: 600; }
+.ck ul.feed { list-style: none; margin: 0; padding: 0; max-height: 180px; overflow-y: auto; }
+.ck ul.feed li { padding: 2px 0; border-bottom: 1px solid #f1f3f5; overflow-wrap: anywhere; }
+.ck .feed-lost, .ck .feed-problem { color: #c92a2a; }
+.ck .feed-signal { color: #e8590c; }
 """
 
 
