@@ -16,7 +16,7 @@ HOVER_TOOLTIP: Final = "<div style='max-width:420px'><b>@title</b><br>@desc{safe
 """A plot's hover text: ``title`` in bold, then ``desc`` (HTML the plot escaped itself)."""
 
 CSS: Final = """
-:host { width: 100%; }
+:host { max-width: 100%; min-width: 0; }
 .ck { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; font-size: 13px;
       color: #212529; }
 .ck .badge { display: inline-block; padding: 2px 10px; border-radius: 10px; color: white;
