@@ -23,7 +23,7 @@ from typing import Any, Final
 
 import panel as pn
 
-from ckptdash.dash import embed
+from ckptdash.dash import embed, theme
 from ckptdash.dash.badput_view import BadputView
 from ckptdash.dash.controls import ControlActions, Controls, default_author
 from ckptdash.dash.delivery import Delivery
@@ -144,8 +144,13 @@ class Dashboard(pn.viewable.Viewer):  # type: ignore[misc]
         self._title = html_pane()
         self.model.param.watch(self._render_title, ["watching"])
         self._render_title()
+        top: Any = self._title
+        if served:  # a notebook follows JupyterLab's theme; a served page has a toggle
+            theme.follow_system(doc)
+            self.theme_toggle = theme.theme_toggle()
+            top = pn.Row(self._title, self.theme_toggle, sizing_mode="stretch_width")
         self._layout = pn.Column(
-            self._title,
+            top,
             self.runs,
             self.header,
             self.alerts,

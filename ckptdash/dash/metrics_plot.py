@@ -19,6 +19,7 @@ from bokeh.models import ColumnDataSource, HoverTool
 from bokeh.plotting import figure
 
 from ckptdash import fmt
+from ckptdash.dash import theme
 from ckptdash.dash.controls import Controls
 from ckptdash.dash.model import DashModel
 from ckptdash.dash.snapshot import RunSnapshot
@@ -306,6 +307,7 @@ class MetricsPlot(pn.viewable.Viewer):  # type: ignore[misc]
         legend.label_text_font_size = "11px"
         legend.border_line_alpha = 0
         fig.add_layout(legend, "right")
+        theme.style_figure(fig, served=theme.served())
         fig.on_event(Tap, self._on_tap)
         return fig
 

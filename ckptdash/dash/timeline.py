@@ -25,7 +25,7 @@ from bokeh.models import ColumnDataSource, DatetimeTickFormatter, HoverTool
 from bokeh.plotting import figure
 
 from ckptdash import fmt
-from ckptdash.dash import goodput
+from ckptdash.dash import goodput, theme
 from ckptdash.dash.model import DashModel
 from ckptdash.dash.snapshot import RunSnapshot
 from ckptdash.dash.text import esc
@@ -372,6 +372,7 @@ class Timeline(pn.viewable.Viewer):  # type: ignore[misc]
         hover = [*_band_glyphs(fig, self.sources), *_marker_glyphs(fig, self.sources)]
         fig.add_tools(HoverTool(renderers=hover, tooltips=HOVER_TOOLTIP))
         _legend_outside(fig)
+        theme.style_figure(fig, served=theme.served())
         return fig
 
     def _on_run(self, *events: object) -> None:
