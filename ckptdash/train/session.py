@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
-import sys
 import threading
 import time
 import traceback
@@ -48,7 +47,7 @@ from ckptdash.events import (
 from ckptdash.resume import ResumeChoice
 from ckptdash.rundir import RunDir
 from ckptdash.train import anomaly, dist, requeue, resuming
-from ckptdash.train.announce import announcement
+from ckptdash.train.announce import announce_stream, announcement
 from ckptdash.train.attempts import attempt_number
 from ckptdash.train.commands import Commands
 from ckptdash.train.config import ConfigError, SignalAction, TrainConfig
@@ -247,10 +246,11 @@ class Session:
             self.signals.add(key)
 
     def announce_signals(self) -> str:
-        """Say on stderr (rank 0), in one line, what each signal will do; returns the line."""
+        """Say on stderr (rank 0; stdout in a notebook), in one line, what each signal will do;
+        returns the line."""
         line = announcement(self._actions, self.config, self.scheduler, self.signals)
         if self.rank == 0:
-            print(line, file=sys.stderr, flush=True)
+            print(line, file=announce_stream(), flush=True)
         return line
 
     def declare_checkpoint_dir(self, path: str | os.PathLike[str]) -> None:
