@@ -189,6 +189,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--yes", action="store_true", help="confirm --cancel-pending")
     s.add_argument(
+        "--wait",
+        action="store_true",
+        help="accepted for symmetry with save/stop: requeue answers at once (see its output)",
+    )
+    s.add_argument(
         "--job",
         metavar="JOBID",
         help="the SLURM job (default: the job of the run's latest attempt)",
@@ -273,6 +278,12 @@ def _requeue(args: argparse.Namespace) -> int:
     print(f"auto-requeue: {'suspended' if settings.requeue_suspended else 'on'} ({run.settings})")
     if args.suspend or args.resume:
         _mirror_requeue(run, args.job, allowed=bool(args.resume))
+    if args.wait:
+        print(
+            "nothing to wait for: the setting above is in force now (the job reads it when a"
+            " signal arrives; it sends no answer)",
+            file=sys.stderr,
+        )
     return 0
 
 

@@ -9,6 +9,8 @@ import re
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,7 +20,6 @@ from ckptdash import control
 from ckptdash._dev.testing import ServeProcess
 from ckptdash.cli import main
 from ckptdash.resume import load_state
-from tests.conftest import WaitUntil
 from tests.test_cli_first_hour import _run
 
 ENV = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
@@ -130,7 +131,7 @@ def test_a_mistyped_command_gets_the_command_it_meant(capsys: pytest.CaptureFixt
 
 
 def test_save_and_stop_wait_for_the_jobs_answer(
-    tmp_path: Path, wait_until: WaitUntil, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Against a real training loop: `ckptdash save RUN --wait` prints that the job applied
     it, with the checkpoint's path relative to the run and a short command id; `ckptdash stop
@@ -139,11 +140,12 @@ def test_save_and_stop_wait_for_the_jobs_answer(
     run = tmp_path / "run"
     job = subprocess.Popen([sys.executable, "-c", TRAIN, str(run)], env=ENV)
     try:
-        wait_until(
-            lambda: run.is_dir() and any(a.step for a in load_state(run).attempts.values()),
-            timeout=60,
-            what="the job to train",
-        )
+        # Each look replays the log: a look every 50 ms leaves the CPU to the job.
+        deadline = time.monotonic() + 90
+        pause = threading.Event()  # never set: an interruptible pause between looks
+        while not (run.is_dir() and any(a.step for a in load_state(run).attempts.values())):
+            assert time.monotonic() < deadline and job.poll() is None, "the job never trained"
+            pause.wait(0.05)
         assert main(["save", str(run), "--wait", "--timeout", "30"]) == 0
         answer = capsys.readouterr().out.splitlines()[-1]
         assert re.fullmatch(r"save_now [0-9a-f]{8} applied by attempt 0: \S+\.\S+", answer)
@@ -159,3 +161,16 @@ def test_save_and_stop_wait_for_the_jobs_answer(
             job.wait()
     assert main(["save", str(run), "--wait", "--timeout", "0.5"]) == 1
     assert "no answer within 0.5 s; it stays queued" in capsys.readouterr().err
+
+
+def test_requeue_wait_says_there_is_nothing_to_wait_for(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`ckptdash requeue RUN --suspend --wait` (typed like save/stop --wait) suspends, and says
+    the setting is in force at once: the job sends no answer to a setting."""
+    root = _run(tmp_path / "exp1")
+    assert main(["requeue", str(root), "--suspend", "--wait"]) == 0
+    said = capsys.readouterr()
+    assert "auto-requeue: suspended" in said.out
+    assert "nothing to wait for: the setting above is in force now" in said.err
+    assert control.read_settings(root).requeue_suspended
