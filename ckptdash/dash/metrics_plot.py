@@ -222,8 +222,11 @@ class MetricsPlot(pn.viewable.Viewer):  # type: ignore[misc]
         self.model = model
         self.controls = controls
         self.sources = {n: ColumnDataSource(c) for n, c in metrics_data(None, "").items()}
-        self.select = pn.widgets.Select(**{_LABEL: "metric"}, options=[], width=200)
-        self.log = pn.widgets.Checkbox(**{_LABEL: "log scale"}, value=False, margin=(28, 10, 0, 10))
+        themed = {"stylesheets": [theme.WIDGET_LABEL_CSS]}  # labels in JupyterLab's colour
+        self.select = pn.widgets.Select(**{_LABEL: "metric"}, options=[], width=200, **themed)
+        self.log = pn.widgets.Checkbox(
+            **{_LABEL: "log scale"}, value=False, margin=(28, 10, 0, 10), **themed
+        )
         self.pin_button = button("Resume from chosen save", "primary", disabled=True)
         self.pin_button.on_click(self._pin)
         self.chosen: CheckpointInfo | None = None

@@ -55,6 +55,11 @@ TABULATOR_CSS: Final = """
 """Tables in JupyterLab take its colours (outside it, the variables are unset: transparent
 rows on the page's own background, text in the page's colour)."""
 
+WIDGET_LABEL_CSS: Final = """
+:host, label, .bk-input-group { color: var(--jp-content-font-color1, inherit); }
+"""
+"""A Panel widget's label in JupyterLab's text colour (Panel draws it dark on any page)."""
+
 DARK: Final = "dark"
 PAGE_BG_DARK: Final = "#1e1f22"
 TEXT_DARK: Final = "#ced4da"
