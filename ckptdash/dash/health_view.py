@@ -92,7 +92,8 @@ class BrowserNotifier(ReactiveHTML):  # type: ignore[misc]
     _template = (
         '<button id="toggle" type="button" title="Get a browser notification when an alert'
         ' begins (asks the browser for permission)" style="font-size:12px;padding:1px 8px;'
-        "border:1px solid #ced4da;border-radius:4px;background:transparent;color:inherit;"
+        "border:1px solid #ced4da;border-radius:4px;background:transparent;"
+        "color:var(--jp-content-font-color1, inherit);"
         'cursor:pointer"'
         " onclick=\"${script('toggle')}\">Browser notifications: off</button>"
     )
