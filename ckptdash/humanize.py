@@ -14,15 +14,35 @@ DASH = "–"  # shown for a value that is not known (yet)
 
 
 def size(n: int | None, missing: str = DASH) -> str:
-    """``512 B``, ``20.9 KB``, ``1.2 GB``, ``3.0 TB`` (powers of 1024)."""
+    """``512 B``, ``20.9 KiB``, ``1.2 GiB``, ``3.0 TiB``: binary units, as the dashboard's
+    checkpoint table (numbro's ``b`` format) writes them, so the CLI and the page agree."""
     if n is None:
         return missing
     value = float(n)
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if value < 1024 or unit == "TB":
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
             return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1024
     return f"{n} B"  # pragma: no cover - the loop always returns
+
+
+def short_id(command_id: str) -> str:
+    """A command id as messages show it: its 8 random hex digits (``3f2a91c0``), which tell
+    commands apart; the full id (20 digits of issue time, then those) stays in the files and
+    in ``--json``."""
+    head, _, tail = command_id.rpartition("-")
+    if head and len(tail) == 8 and all(c in "0123456789abcdef" for c in tail):
+        return tail
+    return command_id[:8]
+
+
+def steps_done(step: int | None, max_steps: int | None, finished: bool) -> int | None:
+    """The step to show beside ``/ max_steps``. A 0-based loop (``for step in range(400)``,
+    the plain-PyTorch way) reports its last step as 399: once the attempt has *finished*, that
+    is all 400 steps done, and reads ``400 / 400``, as Lightning's 1-based count does."""
+    if finished and step is not None and max_steps and step == max_steps - 1:
+        return max_steps
+    return step
 
 
 def clock(t: float | None, missing: str = DASH) -> str:

@@ -165,11 +165,17 @@ def resume_path(run_dir: str | os.PathLike[str]) -> str | None:
 
 
 def find_recorded(state: RunState, pin: str) -> CheckpointInfo | None:
-    """The saved checkpoint of this run that ``pin`` names (as recorded, or as an absolute
-    path), or None: pins are limited to what the run recorded."""
-    wanted = os.path.abspath(pin)
+    """The saved checkpoint of this run that ``pin`` names, or None: pins are limited to what
+    the run recorded. ``pin`` may be the recorded path, a path from here (absolute or not),
+    or a path relative to the run directory, the way ``ckptdash status`` prints it
+    (``checkpoints/epoch=5-step=350.ckpt``)."""
+    wanted = {os.path.abspath(pin), os.path.realpath(pin)}
+    if state.root and not os.path.isabs(pin):
+        in_run = os.path.join(state.root, pin)
+        wanted |= {os.path.abspath(in_run), os.path.realpath(in_run)}
     for info in state.valid_checkpoints():
-        if info.path == pin or os.path.abspath(info.path) == wanted:
+        seen = {info.path, os.path.abspath(info.path), os.path.realpath(info.path)}
+        if pin in seen or seen & wanted:
             return info
     return None
 

@@ -152,6 +152,35 @@ def test_demo_without_serving_prints_no_url(tmp_path: Path) -> None:
     assert load_state(run).attempts[0].outcome == "finished"
 
 
+def test_a_second_demo_trains_a_new_demo_in_a_fresh_folder_it_names_first(
+    tmp_path: Path,
+) -> None:
+    """`ckptdash demo` run again (as `make demo` does, no --run-dir) trains a new demo: its
+    first line names the fresh folder (runs/demo-2), which holds a whole new training, and the
+    first demo is left as it was. An explicit --run-dir that holds a demo is refused, saying
+    how to go on."""
+    quick = ("--steps", "12", "--max-preemptions", "0", "--kills", "0", "--no-serve")
+    first = _demo(*quick, cwd=tmp_path)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "runs/demo-2" not in first.stdout
+    before = sorted(p.name for p in (tmp_path / "runs" / "demo" / "events").iterdir())
+
+    second = _demo(*quick, cwd=tmp_path)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert "runs/demo-2" in second.stdout.splitlines()[0]
+    assert "training 12 steps in runs/demo-2" in second.stdout
+    fresh = load_state(tmp_path / "runs" / "demo-2")
+    assert [(a.outcome, a.step, a.resumed_from) for a in fresh.attempts.values()] == [
+        ("finished", 12, None)
+    ]
+    assert sorted(p.name for p in (tmp_path / "runs" / "demo" / "events").iterdir()) == before
+
+    again = _demo("--run-dir", "runs/demo", *quick, cwd=tmp_path, timeout=60)
+    assert again.returncode == 2, again.stdout + again.stderr
+    assert "runs/demo: holds an earlier demo" in again.stderr
+    assert "--run-dir" in again.stderr and "Traceback" not in again.stderr
+
+
 def test_a_taken_port_is_one_line_naming_the_options_before_any_training(
     tmp_path: Path,
 ) -> None:

@@ -130,6 +130,32 @@ def test_a_signal_save_loses_almost_nothing_and_async_saves_count_their_stall(
     assert (g["wall_s"], g["productive_s"], g["goodput"]) == (1502.0, 606.5, 0.403795)
 
 
+def test_a_finished_run_started_again_an_hour_later_is_idle_not_requeue_wait(
+    tmp_path: Path,
+) -> None:
+    """A run that completed and was launched again an hour later (a second demo in the same
+    folder, a new job on a finished run): the hour between is "idle between launches", in
+    neither the badput nor the wall time, so the first launch's goodput stays what it was and
+    `ckptdash goodput` says where the hour went."""
+    first = KILLED
+    again = [
+        line("run_started", 4600, 2),
+        line("run_resumed", 4605, 2, step=500, path="/ck/step=500.ckpt", reason="newest"),
+        line("run_finished", 4610, 2, step=500, reason="completed"),
+    ]
+    before = ckptdash.goodput(write_run(tmp_path / "once", first), now=T0 + 9_000).to_dict()
+    g = ckptdash.goodput(write_run(tmp_path / "twice", [*first, *again]), now=T0 + 9_000)
+    d = g.to_dict()
+    assert d["idle_between_launches_s"] == 4000.0
+    assert d["badput_s"]["requeue_wait"] == before["badput_s"]["requeue_wait"] == 110.0
+    a1 = d["attempts"][1]
+    assert (a1["wall_s"], a1["badput_s"]["requeue_wait"]) == (200.0, 0.0)
+    assert d["wall_s"] == before["wall_s"] + 10.0  # only the second launch's own 10 s
+    assert d["goodput"] == pytest.approx(before["goodput"], abs=0.01)
+    assert sum(a["wall_s"] for a in d["attempts"]) == d["wall_s"]
+    assert "idle between launches 1 h 06 min" in badput.render(g)
+
+
 def test_a_running_attempt_counts_to_now_until_it_goes_silent() -> None:
     """While the newest attempt writes, the wall time ends now and nothing is lost yet; silent
     for longer than stale_after_s it is counted to its last event only ("stale")."""
@@ -222,6 +248,7 @@ def test_cli_json_has_exactly_the_documented_keys(
         "goodput",
         "badput_s",
         "attempts",
+        "idle_between_launches_s",
         "preemption",
     }
     assert set(one["preemption"]) == {

@@ -21,6 +21,11 @@ and each span into:
 * ``other``: an attempt refused by the one-job lock (its whole life), and time
   after the last attempt said it ended;
 * ``productive``: the rest.
+
+An attempt that *finished* (completed its training) and was launched again later (a second
+``ckptdash demo`` in the same folder, a new job on a finished run) asked for no requeue: the
+gap to the next launch is ``idle_s``, "idle between launches", and is no part of the wall
+time at all (neither badput nor productive).
 """
 
 from __future__ import annotations
@@ -122,6 +127,9 @@ class RunGoodput:
     run_id: str = ""
     running: bool = False
     """The newest attempt is running: the wall time ends at *now*."""
+    idle_s: float = 0.0
+    """Idle between launches: from a finished attempt's end to the next launch (nobody asked
+    for that launch to wait; it is left out of ``wall_s``)."""
     preemption: PreemptionCost | None = None
     """What preemptions cost and the checkpoint interval that would cost least
     (:mod:`ckptdash.analysis.preemption`); ``None`` where computed from attempts alone."""
@@ -137,6 +145,7 @@ class RunGoodput:
             "goodput": self.goodput,
             "badput_s": self.badput.to_dict(),
             "attempts": [a.to_dict() for a in self.attempts],
+            "idle_between_launches_s": self.idle_s,
             "preemption": None if self.preemption is None else self.preemption.to_dict(),
         }
 
@@ -177,9 +186,15 @@ def compute(
     running = open_ended and now is not None and now - silent_since <= stale_after_s
     run_end = max(last_event, now) if running and now is not None else last_event
     rows = []
+    idle = 0.0
     for i, (start, a, tm) in enumerate(spans):
         nxt = spans[i + 1][0] if i + 1 < len(spans) else None
         span_end = max(start, nxt if nxt is not None else run_end)
+        if nxt is not None and a.outcome == "finished" and a.ended_at is not None:
+            # Completed, then launched again later: the gap is nobody's queue.
+            end = min(max(a.ended_at, start), span_end)
+            idle += span_end - end
+            span_end = end
         if nxt is not None:
             outcome: str = a.outcome if a.ended_at is not None else "lost"
         elif open_ended:
@@ -190,7 +205,7 @@ def compute(
     total = Badput()
     for row in rows:
         total = total + row.badput
-    wall = _r(run_end - spans[0][0])
+    wall = _r(run_end - spans[0][0] - idle)
     productive = _r(max(0.0, wall - total.total))
     return RunGoodput(
         wall_s=wall,
@@ -201,6 +216,7 @@ def compute(
         run=run,
         run_id=run_id,
         running=running,
+        idle_s=_r(idle),
     )
 
 
@@ -334,8 +350,13 @@ def render(g: RunGoodput) -> str:
     widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(header)]
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
     table = [fmt.format(*header), *(fmt.format(*r) for r in rows)] if rows else ["no attempts"]
+    idle = (
+        [f"idle between launches {_dur(g.idle_s)} (a finished run started again; not counted)"]
+        if g.idle_s
+        else []
+    )
     advice = [] if g.preemption is None else render_preemption(g.preemption)
-    return "\n".join([head, total, causes, *advice, "", *table])
+    return "\n".join([head, total, causes, *idle, *advice, "", *table])
 
 
 def render_preemption(p: PreemptionCost) -> list[str]:

@@ -3,8 +3,8 @@
     ckptdash status RUN_DIR [--json]        the run state in full
     ckptdash status FOLDER                   one line per run, like squeue
     ckptdash goodput RUN_DIR [--json]       where the time went: goodput, badput by cause
-    ckptdash save RUN_DIR                    Save now (a command to the running job)
-    ckptdash stop RUN_DIR --yes              Stop after save
+    ckptdash save RUN_DIR [--wait]           Save now (a command to the running job)
+    ckptdash stop RUN_DIR --yes [--wait]     Stop after save
     ckptdash requeue RUN_DIR --suspend|--resume   (mirrored onto the SLURM job when SLURM is here)
     ckptdash requeue RUN_DIR --hold|--release|--cancel-pending --yes   (a requeued, pending job)
     ckptdash resume RUN_DIR [--pin PATH|--clear]
@@ -31,8 +31,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ckptdash import __version__, control
+from ckptdash import humanize as fmt
 from ckptdash.cli import health as health_cli
+from ckptdash.cli import hints as cli_hints
 from ckptdash.cli import serve as cli_serve
+from ckptdash.cli import wait as cli_wait
 from ckptdash.cli.status import goodput_command, render_status, run_word, status_command
 from ckptdash.errors import CkptDashError
 from ckptdash.ops import slurm as slurm_admin
@@ -56,6 +59,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: Sequence[str] | None) -> int:
     parser = _parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    if (typo := cli_hints.unknown_command(argv, commands.choices)) is not None:
+        print(f"ckptdash: {typo}", file=sys.stderr)
+        return EXIT_USAGE
     args = parser.parse_args(argv)
     if not hasattr(args, "func"):
         parser.print_help()
@@ -85,6 +93,24 @@ def _main(argv: Sequence[str] | None) -> int:
 
 
 _NO_QUEUE = "refuse when no attempt is running (by default the command waits for the next one)"
+DEFAULT_WAIT_S = 60.0
+
+
+def _add_wait(s: argparse.ArgumentParser) -> None:
+    s.add_argument(
+        "--wait",
+        action="store_true",
+        help="wait for the job's answer (applied, rejected or expired) and print it; exit 1"
+        " unless applied",
+    )
+    s.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_WAIT_S,
+        metavar="S",
+        help="with --wait: give up waiting after S seconds (the command stays queued)"
+        " (%(default)s)",
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -123,6 +149,7 @@ def _parser() -> argparse.ArgumentParser:
         "--ttl", type=float, default=control.DEFAULT_TTL_S, help="expire after this many seconds"
     )
     s.add_argument("--no-queue", action="store_true", help=_NO_QUEUE)
+    _add_wait(s)
     s.set_defaults(func=_issue, command="save_now")
 
     s = sub.add_parser("stop", help="ask the running job to save, then stop without requeue")
@@ -132,6 +159,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--yes", action="store_true", help="confirm: this ends the training job")
     s.add_argument("--no-queue", action="store_true", help=_NO_QUEUE)
+    _add_wait(s)
     s.set_defaults(func=_issue, command="stop_after_save")
 
     s = sub.add_parser(
@@ -158,6 +186,11 @@ def _parser() -> argparse.ArgumentParser:
         help="cancel the requeued job while it waits in the queue (needs --yes)",
     )
     s.add_argument("--yes", action="store_true", help="confirm --cancel-pending")
+    s.add_argument(
+        "--wait",
+        action="store_true",
+        help="accepted for symmetry with save/stop: requeue answers at once (see its output)",
+    )
     s.add_argument(
         "--job",
         metavar="JOBID",
@@ -200,17 +233,35 @@ def _issue(args: argparse.Namespace) -> int:
             f"{run.root}: no attempt is running ({word}); nothing sent. Leave out --no-queue to"
             " queue the command for the next attempt"
         )
+    if args.wait and not (args.timeout > 0):
+        raise CkptDashError(f"--timeout {args.timeout}: must be a positive number of seconds")
     cmd = control.issue(run, args.command, ttl_s=args.ttl)
-    print(
-        f"{cmd.NAME} {cmd.id} queued in {run.inbox}; `ckptdash status {run.root}` shows the answer"
+    short = fmt.short_id(cmd.id)
+    then = (
+        "waiting for the job's answer"
+        if args.wait
+        else f"`ckptdash status {run.root}` shows the answer"
     )
+    print(f"{cmd.NAME} {short} queued in {run.inbox}; {then}", flush=True)
     if word != "running":
         print(
             f"no attempt is running ({word}): the command will wait for the next attempt until it"
             f" expires in {args.ttl:.0f} s",
             file=sys.stderr,
         )
-    return 0
+    if not args.wait:
+        return 0
+    info = cli_wait.wait_for_answer(run, cmd.id, args.timeout)
+    if info is None:
+        print(
+            f"{cmd.NAME} {short}: no answer within {args.timeout:g} s; it stays queued until it"
+            f" expires ({args.ttl:.0f} s after it was sent); `ckptdash status {run.root}` shows"
+            " the answer",
+            file=sys.stderr,
+        )
+        return 1
+    print(one_line(cli_wait.describe_answer(cmd.NAME, info, run)))
+    return 0 if info.status == "applied" else 1
 
 
 def _requeue(args: argparse.Namespace) -> int:
@@ -225,6 +276,12 @@ def _requeue(args: argparse.Namespace) -> int:
     print(f"auto-requeue: {'suspended' if settings.requeue_suspended else 'on'} ({run.settings})")
     if args.suspend or args.resume:
         _mirror_requeue(run, args.job, allowed=bool(args.resume))
+    if args.wait:
+        print(
+            "nothing to wait for: the setting above is in force now (the job reads it when a"
+            " signal arrives; it sends no answer)",
+            file=sys.stderr,
+        )
     return 0
 
 

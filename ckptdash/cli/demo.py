@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from ckptdash.dash.server import RunningServer
 
 REQUEUE_MARKER = ".demo-requeue"
+DEFAULT_RUN_DIR = Path("runs/demo")
 DEFAULT_STEPS = 1200
 """With the demo model's ~30 ms steps, about a minute with the default preemptions and kill."""
 _last_line = [""]
@@ -84,6 +85,37 @@ def run_demo(
             server.stop()
         if main:
             signal.signal(signal.SIGTERM, old_sigterm)
+
+
+def choose_run_dir(requested: Path | None) -> tuple[Path, str | None]:
+    """The folder a new demo writes, and the line that says so when it is not the default.
+
+    A demo run directory holds one demo: run again into it, the training would resume from
+    its final checkpoint and end at once. So without ``--run-dir`` a second demo takes the
+    first free ``runs/demo-N``; an explicit ``--run-dir`` that holds a demo is refused with
+    the way out.
+    """
+    if requested is not None:
+        if _holds_a_run(requested):
+            raise CkptDashError(
+                f"{requested}: holds an earlier demo (its events/); pass a new --run-dir, or"
+                " remove that folder to start over"
+            )
+        return requested, None
+    if not _holds_a_run(DEFAULT_RUN_DIR):
+        return DEFAULT_RUN_DIR, None
+    n = 2
+    while _holds_a_run(fresh := DEFAULT_RUN_DIR.with_name(f"{DEFAULT_RUN_DIR.name}-{n}")):
+        n += 1
+    return fresh, (
+        f"ckptdash demo: a new demo in {fresh} ({DEFAULT_RUN_DIR} holds an earlier one;"
+        " --run-dir DIR chooses)"
+    )
+
+
+def _holds_a_run(folder: Path) -> bool:
+    events = folder / "events"
+    return events.is_dir() and any(events.iterdir())
 
 
 def _interrupt(signum: int, frame: object) -> None:

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import argparse
+import errno
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +19,9 @@ def add_commands(sub: Any) -> None:
         "demo", help="run a small real training: two preemptions, a kill, resumes (~1 min)"
     )
     s.add_argument(
-        "--run-dir", default="runs/demo", help="where the demo writes (default %(default)s)"
+        "--run-dir",
+        help="where the demo writes (default runs/demo; the first free runs/demo-N once that"
+        " holds a demo)",
     )
     s.add_argument(
         "--steps", type=int, default=DEFAULT_STEPS, help="training steps (default %(default)s)"
@@ -53,9 +57,25 @@ def add_commands(sub: Any) -> None:
     s.set_defaults(func=demo_command)
 
     s = sub.add_parser("serve", help="serve the live dashboard (a run or a folder of runs)")
-    s.add_argument("path", help="a run directory, or a folder of run directories")
+    s.add_argument("path", nargs="?", help="a run directory, or a folder of run directories")
+    s.add_argument(
+        "--logdir",
+        metavar="PATH",
+        help="the same as PATH (TensorBoard's spelling: --logdir runs/)",
+    )
     s.add_argument("--port", type=int, default=5006, help="0 picks a free port (%(default)s)")
-    s.add_argument("--address", default="127.0.0.1", help="listen address (%(default)s)")
+    s.add_argument(
+        "--address",
+        "--host",
+        dest="address",
+        default="127.0.0.1",
+        help="listen address; --host is TensorBoard's spelling (%(default)s)",
+    )
+    s.add_argument(
+        "--bind_all",
+        action="store_true",
+        help=argparse.SUPPRESS,  # TensorBoard's: refused below, naming ckptdash's flags
+    )
     s.add_argument(
         "--allow-remote",
         action="store_true",
@@ -98,15 +118,33 @@ def add_commands(sub: Any) -> None:
     s.set_defaults(func=serve_command)
 
 
+def check_port_free(address: str, port: int) -> None:
+    """Refuse a port another program listens on, saying which option to use. The server's own
+    bind says the same (a race lost after this check)."""
+    from ckptdash.dash.server_messages import port_in_use
+
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as Tornado binds
+        try:
+            probe.bind((address, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise CkptDashError(port_in_use(address, port)) from None
+            # Anything else (a name, not an address): the server's bind reports it.
+
+
 def demo_command(args: argparse.Namespace) -> int:
     """``ckptdash demo``: a small real training with preemptions, a kill and resumes."""
-    from ckptdash.cli.demo import run_demo
+    from ckptdash.cli.demo import choose_run_dir, run_demo
 
     if not 0 <= args.port <= 65535:
         raise CkptDashError(f"--port {args.port}: must be 0 (any free port) to 65535")
-
+    run_dir, said = choose_run_dir(None if args.run_dir is None else Path(args.run_dir))
+    if said:
+        print(said, flush=True)
     return run_demo(
-        Path(args.run_dir),
+        run_dir,
         steps=args.steps,
         preempt_every_s=args.preempt_every,
         max_preemptions=args.max_preemptions,
@@ -118,6 +156,20 @@ def demo_command(args: argparse.Namespace) -> int:
 
 def serve_command(args: argparse.Namespace) -> int:
     """``ckptdash serve PATH``: the live dashboard; secrets from files or the environment."""
+    if args.bind_all:
+        raise CkptDashError(
+            "--bind_all is TensorBoard's; ckptdash listens on every interface with"
+            " --address 0.0.0.0 --allow-remote (read docs/security.md first)"
+        )
+    if args.path and args.logdir and args.path != args.logdir:
+        raise CkptDashError(f"{args.path} and --logdir {args.logdir}: pass one run path")
+    path = args.path or args.logdir
+    if not path:
+        raise CkptDashError(
+            "serve what? pass a run directory or a folder of runs: ckptdash serve runs/"
+        )
+    if args.port:
+        check_port_free(args.address, args.port)  # before Panel's imports: said at once
     from ckptdash.dash import access
     from ckptdash.dash.app import DashOptions
     from ckptdash.dash.server import ServeOptions, serve
@@ -135,7 +187,7 @@ def serve_command(args: argparse.Namespace) -> int:
     if args.basic_auth:
         password = access.read_secret_file(args.basic_auth, "--basic-auth")
     serve(
-        args.path,
+        path,
         ServeOptions(
             address=args.address,
             port=args.port,

@@ -15,6 +15,7 @@ import msgspec
 
 from ckptdash import control
 from ckptdash import humanize as fmt
+from ckptdash.analysis import run_words
 from ckptdash.cli import health as health_cli
 from ckptdash.errors import CkptDashError
 from ckptdash.ops import slurm as slurm_admin
@@ -59,20 +60,9 @@ def status_command(args: argparse.Namespace) -> int:
 
 
 def run_word(state: RunState, now: float, stale_after_s: float = SHOWN_STALE_AFTER_S) -> str:
-    """The run's state in one word, as the dashboard's badge says it."""
-    newest = _newest(state)
-    if newest is None:
-        return "waiting"
-    if newest.outcome == "running":
-        seen = newest.last_heartbeat_t
-        return "stale" if seen is not None and now - seen > stale_after_s else "running"
-    if newest.outcome in ("finished", "failed"):
-        return newest.outcome
-    if any(r.issued for r in state.requeues if r.attempt == newest.attempt):
-        return "requeue pending"
-    if newest.end_reason in ("preempted", "terminated"):
-        return "preempted"
-    return "stopped"
+    """The run's state in one word, as the dashboard's badge says it
+    (:mod:`ckptdash.analysis.run_words`)."""
+    return run_words.run_word(_newest(state), state.requeues, state.signals, now, stale_after_s)
 
 
 def _newest(state: RunState) -> AttemptInfo | None:
@@ -88,7 +78,10 @@ def render_run_lines(runs: list[RunDir], states: list[RunState], now: float | No
         newest = _newest(state)
         saved = [c for c in state.checkpoints.values() if c.status == "saved"]
         best = max(saved, key=lambda c: (c.step or 0, c.t or 0), default=None)
-        step = "-" if newest is None else _opt(newest.step)
+        step = "-"
+        if newest is not None:
+            done = newest.outcome == "finished"
+            step = _opt(fmt.steps_done(newest.step, newest.max_steps, done))
         if newest is not None and newest.max_steps:
             step += f" / {newest.max_steps}"
         rows.append(
@@ -260,8 +253,8 @@ def _event_lines(state: RunState) -> list[str]:
     for c in sorted(state.commands.values(), key=lambda c: c.issued_at or 0):
         extra = c.detail or c.reason or c.error
         lines.append(
-            f"command {c.command or '?'} {c.id} by {_who(c.author, c.host)}: {c.status}"
-            + (f" ({extra})" if extra else "")
+            f"command {c.command or '?'} {fmt.short_id(c.id)} by {_who(c.author, c.host)}:"
+            f" {c.status}" + (f" ({extra})" if extra else "")
         )
     bad = sum(state.bad_lines.counts.values())
     if bad:

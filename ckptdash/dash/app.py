@@ -23,6 +23,7 @@ from typing import Any, Final
 
 import panel as pn
 
+from ckptdash.dash import theme
 from ckptdash.dash.delivery import Delivery
 from ckptdash.dash.feed.follow import RunWatcher
 from ckptdash.dash.feed.hub import WatcherHub, shared_hub
@@ -35,6 +36,7 @@ from ckptdash.dash.notebook.subshell import SubshellRoute, current_kernel
 from ckptdash.dash.views import CommandsView, GoodputView, RunList, StatusHeader
 from ckptdash.dash.views.checkpoints import CheckpointTable
 from ckptdash.dash.views.controls import ControlActions, Controls, default_author
+from ckptdash.dash.views.events import EventsFeed
 from ckptdash.dash.views.goodput_bars import BadputView
 from ckptdash.dash.views.health import HealthBanner, RanksView
 from ckptdash.dash.views.metrics import MetricsPlot
@@ -136,19 +138,26 @@ class Dashboard(pn.viewable.Viewer):  # type: ignore[misc]
         self.table = CheckpointTable(self.model, self.controls)
         self.timeline = Timeline(self.model)
         self.commands = CommandsView(self.model)
+        self.feed = EventsFeed(self.model)
         self.goodput = GoodputView(self.model)
         self.badput = BadputView(self.model)
         self.metrics = MetricsPlot(self.model, self.controls)
         self._title = html_pane()
         self.model.param.watch(self._render_title, ["watching"])
         self._render_title()
+        top: Any = self._title
+        if served:  # a notebook follows JupyterLab's theme; a served page has a toggle
+            theme.follow_system(doc)
+            self.theme_toggle = theme.theme_toggle()
+            top = pn.Row(self._title, self.theme_toggle, sizing_mode="stretch_width")
         self._layout = pn.Column(
-            self._title,
+            top,
             self.runs,
             self.header,
             self.alerts,
             self.controls,
             self.scheduler,
+            self.feed,
             self.timeline,
             self.metrics,
             pn.Row(

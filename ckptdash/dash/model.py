@@ -11,16 +11,16 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final, Literal, TypeAlias
+from typing import Final, TypeAlias
 
 import param
 
+from ckptdash import humanize as fmt
+from ckptdash.analysis.run_words import RunWord, run_word
 from ckptdash.dash.feed.snapshot import FolderSnapshot, RunSnapshot
 from ckptdash.state.records import SHOWN_STALE_AFTER_S
 
-RunStatus: TypeAlias = Literal[
-    "waiting", "running", "stale", "preempted", "requeue pending", "stopped", "finished", "failed"
-]
+RunStatus: TypeAlias = RunWord
 
 DEFAULT_STALE_AFTER_S: Final = SHOWN_STALE_AFTER_S
 """A running attempt with no event for this long is shown as stale (the job stopped writing)."""
@@ -39,32 +39,36 @@ def run_status(
     if snap is None or newest is None:
         return "waiting", "no attempt has started yet"
     n = newest.attempt
-    if newest.outcome == "running":
-        seen = newest.last_heartbeat_t
-        if seen is not None and now - seen > stale_after_s:
-            return "stale", (
-                f"attempt {n} wrote nothing for {now - seen:.0f} s (more than"
-                f" {stale_after_s:.0f} s) and never said it ended: killed, hung, or its host"
-                " lost the filesystem"
-            )
+    word = run_word(newest, snap.requeues, snap.signals, now, stale_after_s)
+    if word == "stale":
+        seen = newest.last_heartbeat_t or now
+        return "stale", (
+            f"attempt {n} wrote nothing for {now - seen:.0f} s (more than"
+            f" {stale_after_s:.0f} s) and never said it ended: killed, hung, or its host"
+            " lost the filesystem"
+        )
+    if word == "running":
         signalled = [s for s in snap.signals if s.attempt == n]
         if signalled:
             return "running", f"attempt {n} got {signalled[-1].signal}: saving before it stops"
         return "running", f"attempt {n} is training"
-    if newest.outcome == "finished":
+    if word == "finished":
         why = newest.end_reason.partition("completed:")[2].strip()  # e.g. early stopping
         return "finished", f"attempt {n} completed the training" + (f": {why}" if why else "")
-    if newest.outcome == "failed":
+    if word == "failed":
         return "failed", f"attempt {n} failed: {newest.end_reason}"
-    requeues = [r for r in snap.requeues if r.attempt == n]
-    if any(r.issued for r in requeues):
-        return "requeue pending", f"attempt {n} asked the scheduler to run the job again"
-    preempted = newest.end_reason in ("preempted", "terminated") or any(
-        s.attempt == n for s in snap.signals
-    )
-    if preempted:
-        why = next((r.reason for r in requeues if not r.issued), "")
-        return "preempted", f"attempt {n} was preempted" + (f"; not requeued: {why}" if why else "")
+    if word == "lost":
+        return "lost", f"attempt {n} is gone without saying it ended (killed without warning)"
+    if word == "requeue pending":
+        return word, f"attempt {n} asked the scheduler to run the job again"
+    why = next((r.reason for r in snap.requeues if r.attempt == n and not r.issued), "")
+    not_requeued = f"; not requeued: {why}" if why else ""
+    if word == "terminated":
+        return word, (
+            f"attempt {n} was terminated (SIGTERM: Ctrl-C, scancel or a time limit)" + not_requeued
+        )
+    if word == "preempted":
+        return word, f"attempt {n} was preempted" + not_requeued
     return "stopped", f"attempt {n} stopped: {newest.end_reason or 'no reason given'}"
 
 
@@ -93,6 +97,7 @@ def rates(snap: RunSnapshot | None, now: float) -> Rates:
     step = newest.step if p is None or p.step is None else max(p.step, newest.step or 0)
     epoch = newest.epoch if p is None else p.epoch
     max_steps = newest.max_steps
+    step = fmt.steps_done(step, max_steps, newest.outcome == "finished")
     fraction = None
     if max_steps and step is not None:
         fraction = min(1.0, step / max_steps)

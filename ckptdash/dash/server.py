@@ -8,6 +8,7 @@ token, the allowed ``Host`` names, the websocket's origins. Each browser session
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import os
 import secrets
@@ -26,6 +27,7 @@ import panel as pn
 from ckptdash.dash import access
 from ckptdash.dash.app import Dashboard, DashOptions
 from ckptdash.dash.feed.hub import WatcherHub, shared_hub
+from ckptdash.dash.server_messages import port_in_use
 from ckptdash.errors import CkptDashError
 from ckptdash.rundir import find_runs
 
@@ -263,7 +265,12 @@ def serve(
     plan = _plan(run, so, do, hub)
     pn.extension("tabulator")
     try:
-        server = _guarded_server(plan)  # listening from here; the gate is in place
+        try:
+            server = _guarded_server(plan)  # listening from here; the gate is in place
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                raise
+            raise CkptDashError(port_in_use(so.address, plan.port)) from None
         url = plan.url(so.address if so.loopback else socket.getfqdn())
         print(f"ckptdash: serving {run} at {url} (Ctrl-C stops)", flush=True)
         if so.loopback:

@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 import signal
+import sys
 from collections.abc import Mapping
+from typing import TextIO
 
 from ckptdash.train import requeue
 from ckptdash.train.config import SignalAction, TrainConfig
 from ckptdash.train.scheduler import Scheduler
 from ckptdash.train.signals import SignalRecorder, signal_number
+
+
+def announce_stream() -> TextIO:
+    """Where the line goes: stderr, beside the framework's own start-up lines in a terminal
+    or a job's log; stdout in a Jupyter kernel, where stderr is drawn red, as a warning."""
+    ipython = sys.modules.get("IPython")
+    get = getattr(ipython, "get_ipython", None)
+    shell = get() if get is not None else None
+    return sys.stdout if getattr(shell, "kernel", None) is not None else sys.stderr
 
 
 def announcement(

@@ -49,7 +49,7 @@ from ckptdash.resume import ResumeChoice
 from ckptdash.rundir import RunDir
 from ckptdash.rundir.writer import EventWriter
 from ckptdash.train import anomaly, dist, requeue, resuming
-from ckptdash.train.announce import announcement
+from ckptdash.train.announce import announce_stream, announcement
 from ckptdash.train.attempts import attempt_number
 from ckptdash.train.commands import Commands
 from ckptdash.train.config import ConfigError, SignalAction, TrainConfig
@@ -253,10 +253,11 @@ class Session:
             self.signals.add(key)
 
     def announce_signals(self) -> str:
-        """Say on stderr (rank 0), in one line, what each signal will do; returns the line."""
+        """Say on stderr (rank 0; stdout in a notebook), in one line, what each signal will do;
+        returns the line."""
         line = announcement(self._actions, self.config, self.scheduler, self.signals)
         if self.rank == 0:
-            print(line, file=sys.stderr, flush=True)
+            print(line, file=announce_stream(), flush=True)
         return line
 
     def declare_checkpoint_dir(self, path: str | os.PathLike[str]) -> None:

@@ -163,7 +163,7 @@ def test_suspend_requeue_flips_the_settings_file(
     root, _ = live
     page.get_by_role("button", name="Suspend auto-requeue").click()
     wait_until(lambda: control.read_settings(root).requeue_suspended, what="the setting")
-    resume = page.get_by_role("button", name="Resume auto-requeue")
+    resume = page.get_by_role("button", name="Allow auto-requeue")
     expect(resume).to_be_visible(timeout=5000)
     resume.click()
     wait_until(lambda: not control.read_settings(root).requeue_suspended, what="the setting")

@@ -53,6 +53,14 @@ def test_the_dashboard_never_imports_the_training_side() -> None:
                 ev(events.RunFinished, 620, attempt=2, reason="terminated"),
             ],
             T0 + 700,
+            "terminated",
+        ),
+        (
+            [
+                ev(events.SignalReceived, 615, attempt=2, signal="SIGUSR2", action="requeue"),
+                ev(events.RunFinished, 620, attempt=2, reason="preempted"),
+            ],
+            T0 + 700,
             "preempted",
         ),
         (
@@ -73,7 +81,8 @@ def test_the_dashboard_never_imports_the_training_side() -> None:
 )
 def test_status_word(scenario: Scenario, tail: list[events.Event], now: float, status: str) -> None:
     """The header's one word follows the newest attempt: running, stale after silence, finished,
-    failed, preempted, requeue pending, stopped."""
+    failed, terminated (SIGTERM: Ctrl-C, scancel, a time limit), preempted (the requeue
+    signal, not requeued), requeue pending, stopped."""
     scenario.add(*preempted_run(), *tail)
     word, why = run_status(scenario.snapshot(), now, stale_after_s=120)
     assert word == status

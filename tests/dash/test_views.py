@@ -125,7 +125,7 @@ def test_requeue_button_flips_the_setting(dash: Dashboard, wait_until: WaitUntil
     _clicks(dash, dash.controls.requeue_button)
     assert control.read_settings(root).requeue_suspended
     wait_until(
-        lambda: button_label(dash.controls.requeue_button) == "Resume auto-requeue", timeout=5
+        lambda: button_label(dash.controls.requeue_button) == "Allow auto-requeue", timeout=5
     )
     assert "suspended" in dash.header._pane.object
     _clicks(dash, dash.controls.requeue_button)
@@ -198,9 +198,9 @@ def test_the_notebook_widget_is_returned_with_its_first_read_done(
 
 
 def test_actions_refuse_without_a_run(tmp_path: Path) -> None:
-    """With no run selected, an action says so instead of writing anywhere."""
+    """With no run yet, an action says it waits for the run to start, and writes nothing."""
     actions = ControlActions(DashModel(path=str(tmp_path)))
-    with pytest.raises(ControlError, match="no run is selected"):
+    with pytest.raises(ControlError, match="waiting for the run to start"):
         actions.save_now()
 
 

@@ -382,3 +382,78 @@ def test_widget_follows_training_while_the_cell_runs(lab: Lab) -> None:
             context.close()
         finally:
             browser.close()
+
+
+def _set_dark_theme(lab: Lab) -> None:
+    """Switch JupyterLab to its Dark theme, as Settings > Theme > JupyterLab Dark does."""
+    body = json.dumps({"raw": json.dumps({"theme": "JupyterLab Dark"})}).encode()
+    request = urllib.request.Request(
+        f"{lab.url}/lab/api/settings/@jupyterlab/apputils-extension:themes",
+        data=body,
+        method="PUT",
+        headers={"Authorization": f"token {lab.token}", "Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=10):
+        pass
+
+
+# The widget's own text colour and the colour painted behind it (across shadow roots).
+_WIDGET_COLOURS_JS = """(area) => {
+  const find = (root) => {
+    for (const el of root.querySelectorAll('*')) {
+      if (el.classList && el.classList.contains('ck') && el.textContent.trim()) return el;
+      if (el.shadowRoot) { const f = find(el.shadowRoot); if (f) return f; }
+    }
+    return null;
+  };
+  const el = find(area);
+  let at = el, bg = null;
+  while (at && !bg) {
+    const c = getComputedStyle(at).backgroundColor;
+    if (c !== 'rgba(0, 0, 0, 0)' && c !== 'transparent') bg = c;
+    at = at.parentElement || (at.getRootNode() && at.getRootNode().host) || null;
+  }
+  return {text: getComputedStyle(el).color, page: bg,
+          light: document.body.dataset.jpThemeLight};
+}"""
+
+
+def test_widget_follows_jupyterlab_dark(lab: Lab) -> None:
+    """In JupyterLab Dark the widget of the sample run is dark too: its text reads on the
+    notebook's background (contrast at least 4.5:1) and no part of it is a white box (tables,
+    plots, code, banners take JupyterLab's colours)."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    from ckptdash._dev.sample import write_sample_run
+    from tests.dash.test_page_browser import _contrast, _rgb
+
+    write_sample_run(lab.root / "sample")
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": KERNEL, "display_name": KERNEL, "language": "python"}
+    nb.cells = [nbformat.v4.new_code_cell('import ckptdash\nckptdash.dashboard("sample")')]
+    nbformat.write(nb, lab.root / "dark.ipynb")
+    _set_dark_theme(lab)
+    with sync_playwright() as p:
+        browser = launch_chromium(p)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1600})
+            page.goto(f"{lab.url}/lab/tree/dark.ipynb?token={lab.token}")
+            expect(page.get_by_text(f"{KERNEL} | Idle")).to_be_visible(timeout=60_000)
+            _run_cell(page, 0)
+            widget = page.locator(".jp-Notebook .jp-CodeCell").nth(0).locator(".jp-OutputArea")
+            expect(widget.get_by_text("What happened")).to_be_visible(timeout=60_000)
+            expect(widget.get_by_text("Checkpoints", exact=True)).to_be_visible()
+            colours = widget.evaluate(_WIDGET_COLOURS_JS)
+            assert colours["light"] == "false", colours
+            assert _contrast(_rgb(colours["text"]), _rgb(colours["page"])) >= 4.5, colours
+            shot = np.asarray(Image.open(io.BytesIO(widget.screenshot())).convert("RGB"))
+            white = shot.min(axis=2) >= 235
+            t = 24
+            h, w = (white.shape[0] // t) * t, (white.shape[1] // t) * t
+            tiles = white[:h, :w].reshape(h // t, t, w // t, t).mean(axis=(1, 3))
+            assert int((tiles > 0.9).sum()) == 0, "white boxes in the widget"
+        finally:
+            browser.close()

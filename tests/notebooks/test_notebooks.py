@@ -73,9 +73,10 @@ def test_committed_notebooks_have_no_outputs(name: str) -> None:
 def test_quickstart_trains_and_its_dashboard_renders_offline(
     tmp_path: Path, kernel: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The quickstart runs without errors: cell 1 shows the dashboard with its JavaScript
-    inline (no CDN), cell 2's training leaves a finished attempt with checkpoints in the run
-    directory, cell 3 prints the status of that attempt."""
+    """The quickstart runs without errors and without a red line (no stderr output): cell 1
+    shows the dashboard with its JavaScript inline (no CDN), cell 2's training leaves a
+    finished attempt with checkpoints in the run directory, cell 3 prints the status of that
+    attempt."""
     monkeypatch.setenv("CKPTDASH_QUICKSTART_STEPS", "60")
     nb = execute("quickstart.ipynb", tmp_path, kernel)
     (run,) = sorted((tmp_path / "runs").iterdir())
@@ -87,6 +88,13 @@ def test_quickstart_trains_and_its_dashboard_renders_offline(
     assert max(map(len, loaders)) > 1_000_000
     assert "Bokeh" in loaders[0]
     assert "finished (completed)" in _text(nb.cells[3])
+    # Nothing red: no warning, no framework chatter, and ckptdash's own start-up line on
+    # stdout (a kernel draws stderr as a warning).
+    stderr = [
+        o["text"] for c in nb.cells for o in c.get("outputs", []) if o.get("name") == "stderr"
+    ]
+    assert stderr == []
+    assert "ckptdash: SIGUSR2 -> " in _text(nb.cells[2])
 
 
 def test_analysis_opens_a_run_after_the_fact(tmp_path: Path, kernel: str) -> None:

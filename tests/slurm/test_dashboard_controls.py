@@ -137,7 +137,7 @@ def test_dashboard_shows_and_steers_a_pending_job_on_real_slurm(
     _wait(
         d,
         s,
-        lambda: button_label(d.controls.requeue_button) == "Resume auto-requeue",
+        lambda: button_label(d.controls.requeue_button) == "Allow auto-requeue",
         "the suspended setting read back",
     )
     _wait(d, s, lambda: "requeue off" in d.scheduler.status.object, "Requeue=0 shown")

@@ -30,6 +30,8 @@ STATUS_COLORS: Final = {
     "running": "#2f9e44",
     "stale": "#e8590c",
     "preempted": "#f08c00",
+    "terminated": "#f08c00",
+    "lost": "#e8590c",
     "requeue pending": "#1971c2",
     "stopped": "#495057",
     "finished": "#2b8a3e",

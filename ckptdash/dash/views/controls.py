@@ -18,6 +18,7 @@ from typing import Any
 import panel as pn
 
 from ckptdash import control
+from ckptdash import humanize as fmt
 from ckptdash.dash.feed.snapshot import RunSnapshot
 from ckptdash.dash.model import DashModel, run_status
 from ckptdash.dash.views.text import esc, relative
@@ -31,7 +32,7 @@ def default_author() -> str:
 
 
 def requeue_said(suspended: bool) -> str:
-    """What a click on Suspend / Resume auto-requeue says it did to the run's setting."""
+    """What a click on Suspend / Allow auto-requeue says it did to the run's setting."""
     return "auto-requeue suspended" if suspended else "auto-requeue resumed"
 
 
@@ -41,6 +42,7 @@ def command_answer(label: str, snap: RunSnapshot | None, command_id: str) -> str
     info = None if snap is None else next((c for c in snap.commands if c.id == command_id), None)
     if info is None:
         return None
+    command_id = fmt.short_id(command_id)
     if info.status == "applied":
         what = relative(info.detail, snap.root) if snap is not None and info.detail else ""
         return f"{label} applied ({command_id})" + (f": {what}" if what else "")
@@ -61,6 +63,8 @@ def commands_off_reason(model: DashModel) -> str:
     failed or went silent it would sit there until it expires, looking as if it worked.
     """
     snap = model.run
+    if snap is None and not model.runs:
+        return "waiting for the run to start (no attempt has written to it yet)"
     if snap is None:
         return "no run is selected"
     status, _ = run_status(snap, model.now, model.stale_after_s)
@@ -68,6 +72,11 @@ def commands_off_reason(model: DashModel) -> str:
         return "the run finished: no attempt is running to take a command"
     if status == "failed":
         return "the run failed: no attempt is running to take a command"
+    if status in ("stopped", "terminated", "preempted", "lost"):
+        return (
+            f"the run is {status} and not requeued: no attempt is running to take a command"
+            " (`ckptdash save RUN` queues one for a next attempt)"
+        )
     if status == "stale":
         seen = snap.last_seen
         idle = 0.0 if seen is None else max(0.0, model.now - seen)
@@ -119,6 +128,8 @@ class ControlActions:
         """The selected run, checked against the runs this dashboard lists (and the lock)."""
         self.check_allowed()
         snap: RunSnapshot | None = self.model.run
+        if snap is None and not self.model.runs:
+            raise ControlError("waiting for the run to start: no attempt has written to it yet")
         if snap is None or not any(r.root == snap.root for r in self.model.runs):
             raise ControlError("no run is selected; pick one in the run list")
         return snap
@@ -131,7 +142,7 @@ class ControlActions:
         )
         self.last_command = (cmd.id, "Save now")
         self._nudge()
-        return f"Save now sent ({cmd.id}); waiting for the job's answer"
+        return f"Save now sent ({fmt.short_id(cmd.id)}); waiting for the job's answer"
 
     def stop_after_save(self) -> str:
         """Ask the job to save, then end without requeue (the view asks for confirmation)."""
@@ -141,7 +152,7 @@ class ControlActions:
         )
         self.last_command = (cmd.id, "Stop after save")
         self._nudge()
-        return f"Stop after save sent ({cmd.id}); waiting for the job's answer"
+        return f"Stop after save sent ({fmt.short_id(cmd.id)}); waiting for the job's answer"
 
     def set_requeue_suspended(self, suspended: bool) -> str:
         """Suspend (True) or resume (False) automatic requeue after preemption."""
@@ -224,7 +235,7 @@ class Controls(pn.viewable.Viewer):  # type: ignore[misc]
         self._suspended_shown = suspended
         relabel(
             self.requeue_button,
-            "Resume auto-requeue" if suspended else "Suspend auto-requeue",
+            "Allow auto-requeue" if suspended else "Suspend auto-requeue",
             "success" if suspended else "warning",
         )
         locked = self.actions.locked

@@ -37,7 +37,7 @@ _CSS: Final = """
 .ck .gp-row { display: grid; grid-template-columns: 86px 1fr 64px; gap: 8px; align-items: center;
               margin: 2px 0; }
 .ck .gp-bar { display: flex; height: 14px; border-radius: 3px; overflow: hidden;
-              background: #f1f3f5; }
+              background: var(--ck-code-bg); }
 .ck .gp-bar > span { display: block; height: 100%; }
 .ck .gp-key { display: inline-block; width: 10px; height: 10px; border-radius: 2px;
               margin: 0 3px 0 10px; vertical-align: -1px; }

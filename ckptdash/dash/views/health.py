@@ -78,7 +78,7 @@ def render_banner(snap: RunSnapshot | None, now: float, stale_after_s: float | N
         for a in alerts
     )
     return (
-        '<div class="ck" style="border-left:4px solid #c92a2a;background:#fff5f5;'
+        '<div class="ck" style="border-left:4px solid #c92a2a;background:var(--ck-alert-bg);'
         f'padding:6px 10px;border-radius:4px">{rows}</div>'
     )
 
@@ -94,7 +94,9 @@ class BrowserNotifier(ReactiveHTML):  # type: ignore[misc]
     _template = (
         '<button id="toggle" type="button" title="Get a browser notification when an alert'
         ' begins (asks the browser for permission)" style="font-size:12px;padding:1px 8px;'
-        'border:1px solid #ced4da;border-radius:4px;background:white;cursor:pointer"'
+        "border:1px solid #ced4da;border-radius:4px;background:transparent;"
+        "color:var(--jp-content-font-color1, inherit);"
+        'cursor:pointer"'
         " onclick=\"${script('toggle')}\">Browser notifications: off</button>"
     )
     _scripts: Final = {

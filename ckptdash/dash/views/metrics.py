@@ -19,6 +19,7 @@ from bokeh.models import ColumnDataSource, HoverTool
 from bokeh.plotting import figure
 
 from ckptdash import humanize as fmt
+from ckptdash.dash import theme
 from ckptdash.dash.feed.snapshot import RunSnapshot
 from ckptdash.dash.model import DashModel
 from ckptdash.dash.views.controls import Controls
@@ -221,8 +222,11 @@ class MetricsPlot(pn.viewable.Viewer):  # type: ignore[misc]
         self.model = model
         self.controls = controls
         self.sources = {n: ColumnDataSource(c) for n, c in metrics_data(None, "").items()}
-        self.select = pn.widgets.Select(**{_LABEL: "metric"}, options=[], width=200)
-        self.log = pn.widgets.Checkbox(**{_LABEL: "log scale"}, value=False, margin=(28, 10, 0, 10))
+        themed = {"stylesheets": [theme.WIDGET_LABEL_CSS]}  # labels in JupyterLab's colour
+        self.select = pn.widgets.Select(**{_LABEL: "metric"}, options=[], width=200, **themed)
+        self.log = pn.widgets.Checkbox(
+            **{_LABEL: "log scale"}, value=False, margin=(28, 10, 0, 10), **themed
+        )
         self.pin_button = button("Resume from chosen save", "primary", disabled=True)
         self.pin_button.on_click(self._pin)
         self.chosen: CheckpointInfo | None = None
@@ -306,6 +310,7 @@ class MetricsPlot(pn.viewable.Viewer):  # type: ignore[misc]
         legend.label_text_font_size = "11px"
         legend.border_line_alpha = 0
         fig.add_layout(legend, "right")
+        theme.style_figure(fig, served=theme.served())
         fig.on_event(Tap, self._on_tap)
         return fig
 

@@ -10,7 +10,7 @@ pending, running or held, the reason, the restart count.
 one background thread per session asks SLURM at most every :data:`POLL_INTERVAL_S` seconds,
 and only while the selected run has a SLURM job. Its answers reach the widgets the way the
 watcher's snapshots do (see :mod:`ckptdash.dash.delivery`). A click does not run ``scontrol``
-either (Hold, Release, Cancel, and the Requeue=0/1 that Suspend / Resume auto-requeue mirrors
+either (Hold, Release, Cancel, and the Requeue=0/1 that Suspend / Allow auto-requeue mirrors
 onto the job): it hands its command to the same thread and returns, so a slow controller never
 holds up the page (each call has :data:`ckptdash.ops.slurm.TIMEOUT_S`). After Hold, Release
 or Cancel the three buttons stay off until SLURM has answered; every answer appears in the

@@ -21,11 +21,12 @@ from collections.abc import Callable
 from typing import Any, Final
 
 import panel as pn
-from bokeh.models import ColumnDataSource, HoverTool
+from bokeh.models import ColumnDataSource, DatetimeTickFormatter, HoverTool
 from bokeh.plotting import figure
 
 from ckptdash import humanize as fmt
 from ckptdash.analysis import preemption
+from ckptdash.dash import theme
 from ckptdash.dash.feed.snapshot import RunSnapshot
 from ckptdash.dash.model import DashModel
 from ckptdash.dash.views.text import esc
@@ -229,7 +230,22 @@ def _empty_figure(height: int) -> Any:
     )
     fig.xgrid.grid_line_alpha = 0.3
     fig.ygrid.grid_line_alpha = 0.3
+    fig.xaxis.formatter = clock_ticks()
     return fig
+
+
+def clock_ticks() -> DatetimeTickFormatter:
+    """Wall-clock ticks at every zoom: Bokeh's defaults read "0ms", "500ms", "1s" on the few
+    seconds after a run starts, which look like durations, not times."""
+    clock = "%H:%M:%S"
+    return DatetimeTickFormatter(
+        milliseconds=f"{clock}.%3N",
+        seconds=clock,
+        minsec=clock,
+        minutes="%H:%M",
+        hourmin="%H:%M",
+        hours="%H:%M",
+    )
 
 
 def _band_glyphs(fig: Any, s: dict[str, ColumnDataSource]) -> list[Any]:
@@ -357,6 +373,7 @@ class Timeline(pn.viewable.Viewer):  # type: ignore[misc]
         hover = [*_band_glyphs(fig, self.sources), *_marker_glyphs(fig, self.sources)]
         fig.add_tools(HoverTool(renderers=hover, tooltips=HOVER_TOOLTIP))
         _legend_outside(fig)
+        theme.style_figure(fig, served=theme.served())
         return fig
 
     def _on_run(self, *events: object) -> None:

@@ -9,6 +9,7 @@ from typing import Any, Final
 
 import panel as pn
 
+from ckptdash.dash import theme
 from ckptdash.dash.model import DashModel
 from ckptdash.dash.views.text import esc
 
@@ -16,27 +17,27 @@ HOVER_TOOLTIP: Final = "<div style='max-width:420px'><b>@title</b><br>@desc{safe
 """A plot's hover text: ``title`` in bold, then ``desc`` (HTML the plot escaped itself)."""
 
 CSS: Final = """
-:host { width: 100%; }
+:host { max-width: 100%; min-width: 0; }
 .ck { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; font-size: 13px;
-      color: #212529; }
+      color: var(--ck-fg); }
 .ck .badge { display: inline-block; padding: 2px 10px; border-radius: 10px; color: white;
              font-weight: 600; font-size: 13px; }
 .ck .title { font-size: 18px; font-weight: 600; margin-right: 8px; }
-.ck .why { color: #495057; margin-left: 8px; }
+.ck .why { color: var(--ck-soft); margin-left: 8px; }
 .ck .grid { display: grid; grid-template-columns: repeat(auto-fill, minmax(150px, 1fr));
             gap: 6px 16px; margin: 10px 0 6px 0; }
-.ck .grid label { display: block; color: #868e96; font-size: 11px; text-transform: uppercase;
-                  letter-spacing: .03em; }
+.ck .grid label { display: block; color: var(--ck-muted); font-size: 11px;
+                  text-transform: uppercase; letter-spacing: .03em; }
 .ck .grid b { font-size: 14px; font-weight: 600; }
-.ck .bar { height: 8px; background: #e9ecef; border-radius: 4px; overflow: hidden; }
+.ck .bar { height: 8px; background: var(--ck-code-bg); border-radius: 4px; overflow: hidden; }
 .ck .bar > div { height: 100%; background: #339af0; }
-.ck .muted { color: #868e96; }
-.ck code { font-size: 12px; background: #f1f3f5; padding: 1px 4px; border-radius: 3px;
+.ck .muted { color: var(--ck-muted); }
+.ck code { font-size: 12px; background: var(--ck-code-bg); padding: 1px 4px; border-radius: 3px;
            word-break: break-all; }
 .ck table { border-collapse: collapse; width: 100%; }
-.ck th { text-align: left; color: #868e96; font-weight: 500; font-size: 11px;
-         text-transform: uppercase; border-bottom: 1px solid #dee2e6; padding: 3px 6px; }
-.ck td { padding: 3px 6px; border-bottom: 1px solid #f1f3f5; vertical-align: top; }
+.ck th { text-align: left; color: var(--ck-muted); font-weight: 500; font-size: 11px;
+         text-transform: uppercase; border-bottom: 1px solid var(--ck-line); padding: 3px 6px; }
+.ck td { padding: 3px 6px; border-bottom: 1px solid var(--ck-line-soft); vertical-align: top; }
 .ck h4 { margin: 4px 0 6px 0; font-size: 14px; }
 .ck .st { font-weight: 600; }
 .ck .st-pending, .ck .st-received { color: #1971c2; }
@@ -44,6 +45,11 @@ CSS: Final = """
 .ck .st-rejected, .ck .st-malformed { color: #c92a2a; }
 .ck .st-expired { color: #e8590c; }
 .ck .problem { color: #c92a2a; font-weight: 600; }
+.ck ul.feed { list-style: none; margin: 0; padding: 0; max-height: 180px; overflow-y: auto; }
+.ck ul.feed li { padding: 2px 0; border-bottom: 1px solid var(--ck-line-soft);
+                 overflow-wrap: anywhere; }
+.ck .feed-lost, .ck .feed-problem { color: #c92a2a; }
+.ck .feed-signal { color: #e8590c; }
 """
 
 
@@ -57,7 +63,7 @@ class HtmlPane(pn.pane.HTML):  # type: ignore[misc]
     """
 
     def __init__(self, object: str = "", **params: Any) -> None:
-        super().__init__(object, **{"stylesheets": [CSS], **params})
+        super().__init__(object, **{"stylesheets": [*theme.stylesheets(), CSS], **params})
 
     def _update(self, ref: str, model: Any) -> None:
         model.update(text=self._get_properties(model.document)["text"])
@@ -72,6 +78,9 @@ class ReadOnlyTabulator(pn.widgets.Tabulator):  # type: ignore[misc]
     the message, leaving a traceback in the output and the widget's document held. Rows the
     user cannot edit have nothing to tell the server: the copy is ignored.
     """
+
+    def __init__(self, value: Any = None, **params: Any) -> None:
+        super().__init__(value, **{**theme.tabulator_options(), **params})
 
     def _process_data(self, data: Any) -> None:
         return None
