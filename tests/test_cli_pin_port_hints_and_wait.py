@@ -20,7 +20,7 @@ from ckptdash import control
 from ckptdash._dev.testing import ServeProcess
 from ckptdash.cli import main
 from ckptdash.state.reading import load_state
-from tests.test_cli_first_hour import _run
+from tests.test_cli_status_and_commands import _run
 
 ENV = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
 

@@ -43,7 +43,7 @@ from ckptdash.dash.views.metrics import MetricsPlot
 from ckptdash.dash.views.slurm import SchedulerPanel
 from ckptdash.dash.views.text import esc
 from ckptdash.dash.views.timeline import Timeline
-from ckptdash.dash.views.widgets import html_pane
+from ckptdash.dash.views.widgets import html_pane, theme_toggle
 from ckptdash.errors import CkptDashError
 
 RUN_DIR_ENV: Final = "CKPTDASH_RUN_DIR"
@@ -148,7 +148,7 @@ class Dashboard(pn.viewable.Viewer):  # type: ignore[misc]
         top: Any = self._title
         if served:  # a notebook follows JupyterLab's theme; a served page has a toggle
             theme.follow_system(doc)
-            self.theme_toggle = theme.theme_toggle()
+            self.theme_toggle = theme_toggle()
             top = pn.Row(self._title, self.theme_toggle, sizing_mode="stretch_width")
         self._layout = pn.Column(
             top,

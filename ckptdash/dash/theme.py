@@ -3,7 +3,8 @@ widget follows JupyterLab's.
 
 * Served (``ckptdash serve``): Panel reads the page's ``?theme=dark`` (``pn.config.theme``,
   per session). A browser whose system prefers dark and whose URL names no theme is sent to
-  ``?theme=dark`` once, on load (:func:`follow_system`); :func:`theme_toggle` flips it. Each
+  ``?theme=dark`` once, on load (:func:`follow_system`);
+  :func:`~ckptdash.dash.views.widgets.theme_toggle` flips it. Each
   session then builds its widgets for its theme: the dark palette for the dashboard's own
   HTML (:data:`DARK_CSS`), Tabulator's ``midnight`` theme, dark plots (:func:`style_figure`).
 * In JupyterLab the page's theme is only known in the browser: the dashboard's colours are
@@ -143,13 +144,3 @@ def follow_system(doc: Any) -> None:
     from bokeh.models import CustomJS
 
     doc.js_on_event("document_ready", CustomJS(code=FOLLOW_SYSTEM_JS))
-
-
-def theme_toggle() -> Any:
-    """The served page's "Dark theme" / "Light theme" button (reloads the page in it)."""
-    from ckptdash.dash.views.widgets import button
-
-    dark = is_dark()
-    toggle = button("Light theme" if dark else "Dark theme", "default", width=110)
-    toggle.js_on_click(args={"target": "default" if dark else DARK}, code=TOGGLE_JS)
-    return toggle

@@ -144,3 +144,11 @@ def confirmation(question: str, detail: str, confirm: Any, cancel: Any) -> Any:
 
 def button_label(widget: Any) -> str:
     return str(widget.label if _NEW_BUTTON_API else widget.name)
+
+
+def theme_toggle() -> Any:
+    """The served page's "Dark theme" / "Light theme" button (reloads the page in it)."""
+    dark = theme.is_dark()
+    toggle = button("Light theme" if dark else "Dark theme", "default", width=110)
+    toggle.js_on_click(args={"target": "default" if dark else theme.DARK}, code=theme.TOGGLE_JS)
+    return toggle
