@@ -252,7 +252,8 @@ def test_scheduler_line_shows_slurms_view_of_the_job(
     fake = tmp_path / "bin" / "scontrol"
     fake.parent.mkdir()
     fake.write_text(
-        "#!/bin/sh\necho JobId=77 JobState=PENDING Reason=JobHeldAdmin Requeue=1 Restarts=2\n"
+        "#!/bin/sh\necho JobId=77 JobState=PENDING Reason=JobHeldAdmin Requeue=1 Restarts=2"
+        ' "UserId=$(id -un)($(id -u))"\n'  # the job is the watching user's own
     )
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
