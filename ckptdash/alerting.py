@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, TextIO
 
-from ckptdash import control, health, slurm_admin
+from ckptdash import control, health, liveness, slurm_admin
 from ckptdash.errors import CkptDashError
 from ckptdash.events import ActionTaken, AlertCleared, AlertRaised
 from ckptdash.health import Alert, Thresholds
@@ -281,7 +281,8 @@ class Watch:
         self.clock = clock
         self.log = log
         self.who = who()
-        self._tailer = FolderTailer(self.path)
+        # A job still pending has no run directory yet: wait for it, as the dashboard does.
+        self._tailer = FolderTailer(self.path, wait=True)
         self._runs: dict[Path, _Run] = {}
         for root in self._tailer.tailers:
             thresholds_for(RunDir(root), self.overrides)  # a bad threshold fails at start
@@ -292,6 +293,7 @@ class Watch:
         for root, batch in self._tailer.poll().items():
             run = self._runs.get(root)
             if run is None:
+                print(f"ckptdash watch: watching {root}", file=self.log, flush=True)
                 run = self._runs[root] = _Run(RunState(str(root)))
                 run.state.apply(batch)
                 run.open = _open_alerts(run.state)  # a restarted watch does not fire again
@@ -299,6 +301,11 @@ class Watch:
                 run.state.apply(batch)
             fired.extend(self._check(root, run))
         return fired
+
+    @property
+    def waiting(self) -> bool:
+        """No run to watch yet: the path does not exist or holds no events (a pending job)."""
+        return not self._tailer.tailers
 
     def run_forever(self, interval_s: float, stop: threading.Event | None = None) -> None:
         stop = stop or threading.Event()
@@ -322,7 +329,8 @@ class Watch:
             print(f"ckptdash watch: {exc}; using the defaults", file=self.log, flush=True)
             th = Thresholds().updated(self.overrides)
         now = self.clock()
-        active = {a.kind: a for a in health.detect(run.state, th, now)}
+        gone = liveness.gone_here(run.state, now=now)
+        active = {a.kind: a for a in health.detect(run.state, th, now, gone=gone)}
         fired: list[Fired] = []
         for kind in health.KINDS:
             if kind in active and kind not in run.open:

@@ -13,8 +13,9 @@ from typing import Any
 
 import msgspec
 
-from ckptdash import control, fmt, health_cli, slurm_admin
+from ckptdash import control, fmt, health_cli, liveness, slurm_admin
 from ckptdash.errors import CkptDashError
+from ckptdash.health import short_error
 from ckptdash.records import SHOWN_STALE_AFTER_S, AttemptInfo
 from ckptdash.resume import choose_resume, load_state
 from ckptdash.rundir import RunDir, find_runs
@@ -42,7 +43,8 @@ def status_command(args: argparse.Namespace) -> int:
         sys.stdout.write(msgspec.json.format(msgspec.json.encode(out), indent=2).decode() + "\n")
         return 0
     if len(runs) == 1 and runs[0].root == Path(args.path):
-        print(render_status(runs[0], states[0], scheduler=views[0]))
+        gone = liveness.gone_here(states[0])
+        print(render_status(runs[0], states[0], scheduler=views[0], gone=gone))
         for alert in health_cli.alerts_of(runs[0], states[0], args):
             print(one_line(f"ALERT {alert['kind']}: {alert['detail']}"))
     else:
@@ -54,11 +56,19 @@ def status_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_word(state: RunState, now: float, stale_after_s: float = SHOWN_STALE_AFTER_S) -> str:
-    """The run's state in one word, as the dashboard's badge says it."""
+def run_word(
+    state: RunState,
+    now: float,
+    stale_after_s: float = SHOWN_STALE_AFTER_S,
+    gone: dict[int, str] | None = None,
+) -> str:
+    """The run's state in one word, as the dashboard's badge says it; ``lost`` for a running
+    attempt whose process is ``gone`` from this host (:func:`ckptdash.liveness.gone_here`)."""
     newest = _newest(state)
     if newest is None:
         return "waiting"
+    if newest.outcome == "running" and gone and newest.attempt in gone:
+        return "lost"
     if newest.outcome == "running":
         seen = newest.last_heartbeat_t
         return "stale" if seen is not None and now - seen > stale_after_s else "running"
@@ -90,7 +100,7 @@ def render_run_lines(runs: list[RunDir], states: list[RunState], now: float | No
         rows.append(
             [
                 run.root.name,
-                run_word(state, now),
+                run_word(state, now, gone=liveness.gone_here(state, now=now)),
                 "-" if newest is None else str(newest.attempt),
                 step,
                 fmt.rough_age(None if newest is None else newest.last_heartbeat_t, now),
@@ -162,8 +172,11 @@ def render_status(
     state: RunState,
     now: float | None = None,
     scheduler: slurm_admin.JobStatus | None = None,
+    gone: dict[int, str] | None = None,
 ) -> str:
     """A readable summary of one run: attempts, checkpoints, signals, requeues, commands.
+
+    ``gone`` (:func:`ckptdash.liveness.gone_here`) shows those running attempts as lost.
 
     ``scheduler`` (from :func:`job_statuses`) adds SLURM's view of the job under the header.
     Every line holds one line: a newline inside a recorded value is printed as an escape.
@@ -172,7 +185,7 @@ def render_status(
         [
             *map(one_line, _header_lines(run, state, scheduler)),
             "",
-            _attempts_table(state),
+            _attempts_table(state, gone or {}),
             "",
             _checkpoints_table(run, state),
             *map(one_line, _event_lines(state)),
@@ -189,6 +202,10 @@ def _header_lines(
         settings = control.read_settings(run)
         requeue = "suspended" if settings.requeue_suspended else "auto"
         pin = _rel(settings.resume_pin, run.root) if settings.resume_pin else "-"
+        if settings.resume_pin:
+            pin += " (sticky)" if settings.resume_pin_sticky else " (used once)"
+        if settings.fresh_start:
+            pin += "   fresh start requested (`ckptdash resume RUN --clear` cancels it)"
     except CkptDashError as exc:
         requeue, pin = f"unknown ({exc})", "-"
     choice = choose_resume(run, state=state)
@@ -200,7 +217,16 @@ def _header_lines(
     return lines
 
 
-def _attempts_table(state: RunState) -> str:
+def _outcome(a: AttemptInfo, gone: dict[int, str]) -> str:
+    """The attempt's outcome with a short reason: a failure's error is cut to one short line
+    (``ckptdash status RUN --json`` and the dashboard have all of it)."""
+    if a.outcome == "running" and a.attempt in gone:
+        return f"lost (process {a.pid} gone)"
+    reason = short_error(a.end_reason, 60) if a.outcome == "failed" else a.end_reason
+    return a.outcome + (f" ({reason})" if reason else "")
+
+
+def _attempts_table(state: RunState, gone: dict[int, str]) -> str:
     return _table(
         ["attempt", "host", "job", "started", "outcome", "step", "resumed from"],
         [
@@ -209,7 +235,7 @@ def _attempts_table(state: RunState) -> str:
                 a.host,
                 a.job_id or "-",
                 fmt.clock(a.started_at, "-"),
-                a.outcome + (f" ({a.end_reason})" if a.end_reason else ""),
+                _outcome(a, gone),
                 _opt(a.step),
                 Path(a.resumed_from).name if a.resumed_from else "-",
             ]
@@ -232,7 +258,7 @@ def _checkpoints_table(run: RunDir, state: RunState) -> str:
                 fmt.size(c.size_bytes, "-"),
                 "-" if c.duration_s is None else f"{c.duration_s:.2f}",
                 _opt(c.attempt),
-                _rel(c.path, run.root),
+                _rel(c.path, run.root) + (f"  (saved x{c.replaced + 1})" if c.replaced else ""),
             ]
             for c in ckpts
         ],

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ckptdash import control, health
+from ckptdash import control, health, liveness
 from ckptdash.alerting import ACTIONS, Watch, Webhook, parse_rules, thresholds_for
 from ckptdash.errors import CkptDashError
 from ckptdash.health import Thresholds, parse_assignments
@@ -43,7 +43,8 @@ def overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 def alerts_of(run: RunDir, state: RunState, args: argparse.Namespace) -> list[dict[str, Any]]:
     """The alerts that hold for ``state`` now, as ``status --json`` lists them."""
-    return [a.to_dict() for a in health.detect(state, thresholds_for(run, overrides(args)))]
+    th = thresholds_for(run, overrides(args))
+    return [a.to_dict() for a in health.detect(state, th, gone=liveness.gone_here(state))]
 
 
 def add_commands(sub: Any) -> None:
@@ -94,6 +95,12 @@ def _watch(args: argparse.Namespace) -> int:
         args.path, overrides=overrides(args), exec_cmd=args.exec_cmd, webhook=webhook, rules=rules
     )
     print(f"ckptdash watch: {args.path}: looking every {args.interval:g} s", flush=True)
+    if watch.waiting:
+        print(
+            f"ckptdash watch: {args.path} holds no ckptdash events yet (a pending job?):"
+            " waiting for them",
+            flush=True,
+        )
     try:
         if args.once:
             watch.poll()
@@ -123,7 +130,8 @@ def _health(args: argparse.Namespace) -> int:
     for name, value in vars(th).items():
         mark = "  (run setting)" if name in stored else ""
         print(f"{name:18} {value:g}{mark}")
-    alerts = health.detect(load_state(run), th)
+    state = load_state(run)
+    alerts = health.detect(state, th, gone=liveness.gone_here(state))
     print()
     if not alerts:
         print("no alerts")

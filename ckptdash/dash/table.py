@@ -51,8 +51,11 @@ def checkpoint_frame(snap: RunSnapshot | None) -> pd.DataFrame:
         if c.path == chosen:
             marks.append("next")
         if pin and c.path == pin:
-            marks.append("pinned")
+            sticky = snap.settings is not None and snap.settings.resume_pin_sticky
+            marks.append("pinned (sticky)" if sticky else "pinned")
         status = c.status + (f": {c.reason}" if c.reason else "")
+        if c.replaced:  # a path saved over and over (last.ckpt): one row, every save counted
+            status += f" (saved x{c.replaced + 1})"
         status += f" ({c.error})" if c.error else ""
         rows.append(
             {

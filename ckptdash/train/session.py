@@ -54,6 +54,7 @@ from ckptdash.train.commands import Commands
 from ckptdash.train.config import ConfigError, SignalAction, TrainConfig
 from ckptdash.train.decision import ACTION_CODE, REQUEUE, Decision, Pending, decide
 from ckptdash.train.guard import Claimant, RunGuard
+from ckptdash.train.fresh import consume_fresh_request, fresh_start
 from ckptdash.train.recovery import recover
 from ckptdash.train.scheduler import Scheduler, detect
 from ckptdash.train.signals import SignalRecorder
@@ -182,6 +183,9 @@ class Session:
         if run_guard.refusal is not None:
             self._refuse(run_guard.refusal, recorded=False)
         started = None
+        fresh, asked = "", False
+        if self.rank == 0 and run_guard.view is not None:
+            fresh, asked = fresh_start(self.run, self.config, run_guard.view.state)
         if self.rank == 0:
             started = self.writer.emit(
                 RunStarted,
@@ -191,10 +195,13 @@ class Session:
                 pid=os.getpid(),
                 max_steps=max_steps,
                 requeue_budget=self.config.max_attempts,
+                fresh=fresh,
             )
         refusal = run_guard.confirm(started)
         if refusal is not None:
             self._refuse(refusal, recorded=True)
+        if asked:
+            consume_fresh_request(self.run)
         if self.rank == 0 and started is not None and run_guard.view is not None:
             self.commands.seen = {
                 cid
@@ -288,8 +295,8 @@ class Session:
     def record_resumed(self, path: str, reason: str, step: int | None = None) -> None:
         """Record that this attempt loaded ``path`` (rank 0)."""
         if self.rank == 0:
+            reason += anomaly.consume_pin(self.run, path)
             self.writer.emit(RunResumed, step=step, path=os.path.abspath(path), reason=reason)
-            anomaly.clear_used_rollback_pin(self.run, path)
             if step is not None:  # what was saved before is the healthy reference for now
                 self._anomalies.healthy_step = step
 
