@@ -36,6 +36,7 @@ from ckptdash.errors import CkptDashError
 from ckptdash.resume import choose_resume, find_recorded, load_state
 from ckptdash.rundir import RunDir, find_runs
 from ckptdash.terminal import one_line, printable_output
+from ckptdash.train import crash_loop
 
 __all__ = ["main", "render_status"]  # render_status: `ckptdash status RUN` in a notebook
 
@@ -277,6 +278,7 @@ def _scheduler_control(run: RunDir, args: argparse.Namespace) -> int:
 def _resume(args: argparse.Namespace) -> int:
     run = _require_run(args.run_dir)
     state = load_state(run)
+    lifted = False
     if args.sticky and not args.pin:
         raise CkptDashError("--sticky goes with --pin PATH: it keeps that pin after it is used")
     if args.pin:
@@ -286,11 +288,18 @@ def _resume(args: argparse.Namespace) -> int:
                 f"{args.pin}: not a checkpoint this run recorded; pick a path from"
                 f" `ckptdash status {run.root}` (pins are limited to recorded checkpoints)"
             )
+        lifted = crash_loop.lift(run)
         control.update_settings(run, resume_pin=match.path, sticky=args.sticky)
     elif args.clear:
         control.update_settings(run, resume_pin=None, fresh_start=False)
     elif args.fresh:
+        lifted = crash_loop.lift(run)
         control.update_settings(run, fresh_start=True)
+        print(
+            "the next attempt starts fresh; checkpoints recorded before it are never chosen again"
+        )
+    if lifted:
+        print("requeue: back to auto (it was suspended after a crash loop)")
     choice = choose_resume(run, state=state)
     print(one_line(f"next attempt resumes from: {choice.path or 'nothing (fresh start)'}"))
     print(one_line(f"because: {choice.reason}"))

@@ -100,7 +100,8 @@ class Thresholds:
                 raise ThresholdError(
                     f"health threshold {f.name} = {value!r}: must be a number >= 0"
                 )
-        for name in ("storm_attempts", "stalled_attempts", "failures_in_row", "crash_loop_attempts"):
+        whole = ("storm_attempts", "stalled_attempts", "failures_in_row", "crash_loop_attempts")
+        for name in whole:
             if getattr(self, name) < 1 or getattr(self, name) != int(getattr(self, name)):
                 raise ThresholdError(
                     f"health threshold {name} = {getattr(self, name)!r}: must be a whole number"

@@ -121,9 +121,10 @@ def consume_pin(run: RunDir, loaded: str) -> str:
         pin = settings.resume_pin
         if pin is None or os.path.abspath(pin) != os.path.abspath(loaded):
             return ""
-        if settings.resume_pin_sticky and not settings.updated_by.startswith(ROLLBACK_AUTHOR):
+        rollback = settings.updated_by.startswith(ROLLBACK_AUTHOR)
+        if settings.resume_pin_sticky and not rollback:
             return "; sticky pin kept (`ckptdash resume RUN --clear` removes it)"
-        author = ROLLBACK_AUTHOR + " (used)" if settings.updated_by.startswith(ROLLBACK_AUTHOR) else None
+        author = ROLLBACK_AUTHOR + " (used)" if rollback else None
         control.update_settings(run, resume_pin=None, author=author)
     except Exception as exc:  # the pin is a convenience: never fail a resume over it
         return f"; the pin could not be cleared ({exc}): it stays for the next attempt"

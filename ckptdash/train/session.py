@@ -47,14 +47,14 @@ from ckptdash.events import (
 )
 from ckptdash.resume import ResumeChoice
 from ckptdash.rundir import RunDir
-from ckptdash.train import anomaly, dist, requeue, resuming
+from ckptdash.train import anomaly, crash_loop, dist, requeue, resuming
 from ckptdash.train.announce import announcement
 from ckptdash.train.attempts import attempt_number
 from ckptdash.train.commands import Commands
 from ckptdash.train.config import ConfigError, SignalAction, TrainConfig
 from ckptdash.train.decision import ACTION_CODE, REQUEUE, Decision, Pending, decide
-from ckptdash.train.guard import Claimant, RunGuard
 from ckptdash.train.fresh import consume_fresh_request, fresh_start
+from ckptdash.train.guard import Claimant, RunGuard
 from ckptdash.train.recovery import recover
 from ckptdash.train.scheduler import Scheduler, detect
 from ckptdash.train.signals import SignalRecorder
@@ -300,8 +300,16 @@ class Session:
             if step is not None:  # what was saved before is the healthy reference for now
                 self._anomalies.healthy_step = step
 
-    def close(self, reason: str = "completed", error: BaseException | None = None) -> None:
-        """End the attempt: answer unapplied commands, restore handlers, record the outcome."""
+    def close(
+        self,
+        reason: str = "completed",
+        error: BaseException | None = None,
+        failure: str | None = None,
+    ) -> None:
+        """End the attempt: answer unapplied commands, restore handlers, record the outcome.
+
+        ``failure`` is what ``run_failed`` says for ``error`` (default: its type and message).
+        """
         if self._closed:
             return
         self._closed = True
@@ -315,7 +323,10 @@ class Session:
         if error is not None:
             # On every rank that saw it (others in their own file): when one rank fails,
             # rank 0 may never get to record anything.
-            self.writer.emit(RunFailed, step=self.step, error=f"{type(error).__name__}: {error}")
+            text = failure or f"{type(error).__name__}: {error}"
+            self.writer.emit(RunFailed, step=self.step, error=text)
+            if self.rank == 0:
+                crash_loop.respond(self.run, self.writer, self.step)
         else:
             self._requeue_if_asked_since_terminating()
             if self.rank == 0:
