@@ -46,7 +46,11 @@ from ckptdash.tail import FolderTailer
 from ckptdash.terminal import one_line
 from ckptdash.writer import EventWriter
 
-ACTIONS: Final = {"hung": ("requeue", "cancel"), "restart_storm": ("hold",)}
+ACTIONS: Final = {
+    "hung": ("requeue", "cancel"),
+    "restart_storm": ("hold",),
+    "crash_loop": ("hold",),
+}
 """Which action each alert may trigger (``--on ALERT=ACTION``)."""
 
 EXEC_TIMEOUT_S: Final = 30.0
