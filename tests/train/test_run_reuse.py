@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import ckptdash
 from ckptdash import control, health
 from ckptdash.cli import main as cli_main
 from ckptdash.dash import goodput
+from ckptdash.dash.health_view import render_banner
 from ckptdash.dash.snapshot import RunSnapshot, SnapshotBuilder
 from ckptdash.dash.views import render_goodput
 from ckptdash.resume import check_checkpoint, choose_resume
@@ -87,6 +89,13 @@ def test_a_changed_model_fails_in_one_line_crash_loops_and_a_fresh_start_lasts(
     alert = health.crash_loop(state)
     assert alert is not None and "attempts 1-2 failed the same way" in alert.detail
     assert "crash_loop" in [a.kind for a in health.detect(state)]
+    banner = render_banner(snapshot_of(run, state), time.time())
+    assert 'data-alert="crash_loop"><b>crash loop</b>' in banner
+    assert cli_main(["status", str(run), "--no-scheduler"]) == 0
+    status = capsys.readouterr().out
+    assert "ALERT crash_loop: attempts 1-2 failed the same way" in status
+    row = next(line for line in status.splitlines() if line.startswith("2 "))
+    assert "failed (checkpoints/step=300.ckpt does not fit" in row and len(row) < 160, row
     assert any("crash loop" in r.reason and not r.issued for r in state.requeues)
     assert control.read_settings(run).requeue_suspended
 
