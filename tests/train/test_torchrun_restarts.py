@@ -38,7 +38,7 @@ def test_torchrun_max_restarts_resumes_each_restart_from_the_newest_checkpoint(
     restart is attempt 1, resumes from the step-5 save, and completes; attempt 0 is failed."""
     run, script = tmp_path / "run", tmp_path / "worker.py"
     script.write_text(WORKER)
-    argv = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=1"]
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=1"]
     argv += ["--max-restarts=1", "--monitor-interval=0.1", str(script), str(run)]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=240, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
