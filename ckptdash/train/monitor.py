@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,6 +31,7 @@ from ckptdash.train import dist, publish
 from ckptdash.train.async_save import AsyncSaver, SaveHandle
 from ckptdash.train.config import TrainConfig
 from ckptdash.train.decision import Decision
+from ckptdash.train.excepthook import ExceptHook
 from ckptdash.train.misfit import MISFIT_ERRORS, misfit_message
 from ckptdash.train.saving import META_KEY, durable_existing, record_save, save_atomic
 from ckptdash.train.scheduler import Scheduler
@@ -71,7 +71,7 @@ class Monitor:
         self._declared: set[Path] = set()
         self._announced: set[str] = set()  # paths record_started() announced, awaiting record()
         self._loaded: str | None = None  # what load() returned, until the first step after it
-        self._excepthook = _ExceptHook(self).install()
+        self._excepthook = ExceptHook(self._uncaught).install()
 
     # --- resume ------------------------------------------------------------------------------
 
@@ -437,30 +437,3 @@ class Monitor:
                     RuntimeWarning,
                     stacklevel=3,
                 )
-
-
-class _ExceptHook:
-    """Records an exception that ends the script as the attempt's failure, then hands it to
-    the hook that was there before (which prints the traceback)."""
-
-    def __init__(self, monitor: Monitor) -> None:
-        self._monitor: Monitor | None = monitor
-        self._previous: Any = None
-
-    def install(self) -> _ExceptHook:
-        self._previous = sys.excepthook
-        sys.excepthook = self
-        return self
-
-    def uninstall(self) -> None:
-        self._monitor = None  # the hook stays harmless if someone chained it after us
-        if sys.excepthook is self:
-            sys.excepthook = self._previous
-
-    def __call__(self, kind: type[BaseException], error: BaseException, tb: Any) -> None:
-        monitor, self._monitor = self._monitor, None
-        if monitor is not None:
-            with contextlib.suppress(Exception):  # the traceback must still be printed
-                monitor._uncaught(error)
-        previous = self._previous if self._previous is not None else sys.__excepthook__
-        previous(kind, error, tb)
