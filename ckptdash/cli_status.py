@@ -16,7 +16,7 @@ import msgspec
 from ckptdash import control, fmt, health_cli, liveness, slurm_admin
 from ckptdash.errors import CkptDashError
 from ckptdash.health import short_error
-from ckptdash.records import SHOWN_STALE_AFTER_S, AttemptInfo
+from ckptdash.records import SHOWN_STALE_AFTER_S, AttemptInfo, CheckpointInfo
 from ckptdash.resume import choose_resume, load_state
 from ckptdash.rundir import RunDir, find_runs
 from ckptdash.state import RunState
@@ -248,13 +248,15 @@ def _checkpoints_table(run: RunDir, state: RunState) -> str:
     ckpts = sorted(state.checkpoints.values(), key=checkpoint_order)
     if not ckpts:
         return "no checkpoints recorded"
+    boundary = state.fresh_start()
+    since = boundary.attempt if boundary is not None else -1
     return _table(
         ["step", "trigger", "status", "size", "save s", "attempt", "path"],
         [
             [
                 _opt(c.step),
                 c.trigger,
-                c.status,
+                c.status + (" (before fresh start)" if _history(c, since) else ""),
                 fmt.size(c.size_bytes, "-"),
                 "-" if c.duration_s is None else f"{c.duration_s:.2f}",
                 _opt(c.attempt),
@@ -263,6 +265,11 @@ def _checkpoints_table(run: RunDir, state: RunState) -> str:
             for c in ckpts
         ],
     )
+
+
+def _history(c: CheckpointInfo, fresh_since: int) -> bool:
+    """A saved checkpoint from before the fresh-start boundary: never a resume candidate."""
+    return c.status == "saved" and c.attempt is not None and c.attempt < fresh_since
 
 
 def _event_lines(state: RunState) -> list[str]:

@@ -21,6 +21,7 @@ from ckptdash.cli import main as cli_main
 from ckptdash.dash import goodput
 from ckptdash.dash.health_view import render_banner
 from ckptdash.dash.snapshot import RunSnapshot, SnapshotBuilder
+from ckptdash.dash.table import checkpoint_frame
 from ckptdash.dash.views import render_goodput
 from ckptdash.resume import check_checkpoint, choose_resume
 from ckptdash.state import RunState
@@ -107,7 +108,13 @@ def test_a_changed_model_fails_in_one_line_crash_loops_and_a_fresh_start_lasts(
     assert not control.read_settings(run).fresh_start  # the request was taken once
     # The next attempt (no request now) resumes from the new model's step 20, not step 300.
     assert attempt(run, width=2, steps=60) == 20
+    assert cli_main(["status", str(run), "--no-scheduler"]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("300 "))
+    assert "saved (before fresh start)" in row
     state = state_of(run)
+    frame = checkpoint_frame(snapshot_of(run, state))
+    marks = dict(zip(frame["step"], frame["resume"], strict=True))
+    assert marks[300] == "before fresh start" and marks[20] == "next"
     fresh = [a for a in state.attempts.values() if a.fresh]
     assert [a.attempt for a in fresh] == [3] and "ckptdash resume --fresh" in fresh[0].fresh
 
