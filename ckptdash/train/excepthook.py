@@ -11,16 +11,21 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import weakref
 from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
 
 class ExceptHook:
-    """Calls ``record(error)`` for an uncaught exception, once, until :meth:`uninstall`."""
+    """Calls ``record(error)`` (a bound method) for an uncaught exception, once, until
+    :meth:`uninstall`. It holds the method's object weakly: a Monitor nobody refers to any
+    more is not kept alive (with its open event file) by the hook."""
 
     def __init__(self, record: Callable[[BaseException], None]) -> None:
-        self._record: Callable[[BaseException], None] | None = record
+        self._record: weakref.WeakMethod[Callable[[BaseException], None]] | None = (
+            weakref.WeakMethod(record)
+        )
         self._previous: Any = None
 
     def install(self) -> ExceptHook:
@@ -36,7 +41,8 @@ class ExceptHook:
     def __call__(
         self, kind: type[BaseException], error: BaseException, tb: TracebackType | None
     ) -> None:
-        record, self._record = self._record, None
+        ref, self._record = self._record, None
+        record = ref() if ref is not None else None
         if record is not None:
             with contextlib.suppress(Exception):  # the traceback must still be printed
                 record(error)
