@@ -7,6 +7,7 @@
     │   └── MalformedControlFile   a command/settings file on disk does not parse
     │       └── UnreadableControlFile  it could not be read (permissions); may work later
     ├── CheckpointChoiceError  the checkpoint the user asked to resume from is not valid
+    │   └── CheckpointMismatchError  the chosen checkpoint does not fit the model
     ├── AtomicWriteError       an atomic write could not complete (the old file is intact)
     ├── EventWriteError        an event could not be appended (disk full, permissions, I/O)
     ├── SaveError              a save through Monitor.saving() was not published
@@ -53,6 +54,11 @@ class UnreadableControlFile(MalformedControlFile):
 class CheckpointChoiceError(CkptDashError, ValueError):
     """The checkpoint given to resume from (``fit(ckpt_path=...)``) fails validation; the
     message names it, why, and the newest valid checkpoint to use instead."""
+
+
+class CheckpointMismatchError(CheckpointChoiceError):
+    """The checkpoint the attempt resumed from does not fit the model (a shape mismatch, a
+    checkpoint of another framework); the message names it and how to start fresh."""
 
 
 class AtomicWriteError(CkptDashError, OSError):

@@ -57,6 +57,7 @@ class CkptDashCallback(TrainerCallback):
         self._logs: dict[str, Any] = {}
         self._known: set[Path] = set()
         self._output_dir: Path | None = None
+        self._preempted = False
 
     # --- attempt lifecycle ----------------------------------------------------------------
 
@@ -93,7 +94,21 @@ class CkptDashCallback(TrainerCallback):
             return
         monitor.session.step = state.global_step
         monitor.session.heartbeat(self._logs)
+        self._preempted = monitor.preempted
         monitor.close()
+
+    @property
+    def preempted(self) -> bool:
+        """After ``trainer.train()`` returned: a signal stopped it (ckptdash saved, and
+        requeued where the policy allowed), so training did not finish. Code after
+        ``train()`` should then exit instead of evaluating or saving a final model::
+
+            trainer.train(resume_from_checkpoint=ckptdash.resume_path(run_dir))
+            if callback.preempted:
+                sys.exit(0)  # the requeued job goes on from the signal save
+        """
+        monitor = self.monitor
+        return monitor.preempted if monitor is not None else self._preempted
 
     def record_failure(self, error: BaseException) -> None:
         """Record that ``train()`` raised (the Trainer tells no callback): ``exception`` and

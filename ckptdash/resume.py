@@ -6,6 +6,11 @@
    trigger and attempt — a newer periodic save beats an older signal save.
 3. Else a fresh start.
 
+A fresh start asked for (``ckptdash resume RUN --fresh``, not yet taken by an attempt) wins
+over both. Once an attempt started fresh (``run_started`` with ``fresh``: the fresh-start
+boundary), checkpoints recorded by earlier attempts are history, never candidates again
+(a pin may still name one on purpose).
+
 A candidate is valid when its file still exists, its size matches the
 ``checkpoint_saved`` event, and (in ``checksum`` mode) its checksum matches.
 A directory checkpoint is valid when its manifest matches the recorded digest
@@ -115,10 +120,16 @@ def choose_resume(
     state = state if state is not None else load_state(run)
     skipped: list[tuple[str, str]] = []
     try:
-        pin = control.read_settings(run).resume_pin
+        settings = control.read_settings(run)
+        pin, fresh_asked = settings.resume_pin, settings.fresh_start
     except CkptDashError as exc:
-        pin = None
+        pin, fresh_asked = None, False
         skipped.append((str(run.settings), f"settings unreadable, pin ignored: {exc}"))
+    if fresh_asked:
+        who = f" by {settings.updated_by}" if settings.updated_by else ""
+        return ResumeChoice(
+            None, f"fresh start requested{who} (ckptdash resume --fresh)", None, skipped
+        )
     if pin:
         recorded = find_recorded(state, pin)
         if recorded is None:
@@ -129,7 +140,11 @@ def choose_resume(
             skipped.append((recorded.path, f"pinned checkpoint is invalid: {problem}"))
         else:
             return ResumeChoice(recorded.path, "pinned in the run settings", recorded.step, skipped)
+    boundary = state.fresh_start()
+    since = boundary.attempt if boundary is not None else -1
     for info in reversed(state.valid_checkpoints()):
+        if info.attempt is not None and info.attempt < since:
+            continue  # from before the fresh start: history, not a candidate
         info, copied = _in_this_copy(run, info, validate)
         problem = _opened_outside(state, info) or check_checkpoint(info, validate)
         if problem is None:
@@ -144,6 +159,11 @@ def choose_resume(
             return ResumeChoice(info.path, reason + copied, info.step, skipped)
         skipped.append((info.path, problem))
     reason = "no valid checkpoint recorded: fresh start"
+    if boundary is not None:
+        reason = (
+            f"no valid checkpoint since the fresh start of attempt {boundary.attempt}"
+            f" ({boundary.fresh}): fresh start"
+        )
     return ResumeChoice(None, reason, None, skipped)
 
 

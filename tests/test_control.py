@@ -535,6 +535,24 @@ def test_settings_that_are_a_directory_raise(run: RunDir) -> None:
         read_settings(run)
 
 
+def test_a_pin_and_a_fresh_start_request_replace_each_other(run: RunDir) -> None:
+    """A new pin is used once unless sticky; asking for a fresh start drops the pin, and a
+    pin set after it drops the request (the latest one wins)."""
+    s = update_settings(run, resume_pin="checkpoints/step=5.ckpt")
+    assert (s.resume_pin, s.resume_pin_sticky, s.fresh_start) == (
+        "checkpoints/step=5.ckpt",
+        False,
+        False,
+    )
+    s = update_settings(run, resume_pin="checkpoints/step=5.ckpt", sticky=True)
+    assert s.resume_pin_sticky
+    s = update_settings(run, fresh_start=True)
+    assert (s.resume_pin, s.resume_pin_sticky, s.fresh_start) == (None, False, True)
+    s = update_settings(run, resume_pin="checkpoints/step=6.ckpt")
+    assert (s.resume_pin, s.fresh_start) == ("checkpoints/step=6.ckpt", False)
+    assert read_settings(run) == s
+
+
 @pytest.mark.parametrize(
     "kwargs",
     [{"requeue_suspended": "yes"}, {"resume_pin": ""}, {"resume_pin": 3}],

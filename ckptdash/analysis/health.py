@@ -13,7 +13,12 @@ alerts that hold, each with the kind, when it began (``since``) and a one-line d
 * ``budget_low`` — ``budget_low_left`` or fewer requeues left in the job's budget;
 * ``save_margin_negative`` — a preemption ended an attempt before its signal save was durable
   (until a later save is);
-* ``checkpoint_failures`` — ``failures_in_row`` or more failed saves in a row.
+* ``checkpoint_failures`` — ``failures_in_row`` or more failed saves in a row;
+* ``crash_loop`` — the ``crash_loop_attempts`` newest attempts all failed the same way (the
+  same error, numbers aside) before saving anything: a checkpoint that does not fit the
+  model, a bad configuration; restarting again cannot help (ckptdash stops requeueing);
+* ``lost`` — the running attempt's process is gone from its host (only when the caller
+  passes what it found on this host: :mod:`ckptdash.ops.liveness`; the detectors do no I/O).
 
 Host clocks disagree by a few seconds. Every duration that matters is measured on one
 clock where it can be: how long a rank has been stuck at a step is the difference of two of
@@ -28,6 +33,7 @@ event from the future (a host clock ahead of ours) counts as just now.
 from __future__ import annotations
 
 import itertools
+import re
 import statistics
 import time
 from collections.abc import Mapping, Sequence
@@ -48,6 +54,8 @@ KINDS: Final = (
     "budget_low",
     "save_margin_negative",
     "checkpoint_failures",
+    "crash_loop",
+    "lost",
 )
 """Every detector, in the order :func:`detect` reports them."""
 
@@ -82,6 +90,9 @@ class Thresholds:
     failures_in_row: int = 2
     """``checkpoint_failures``: this many failed saves in a row, or more."""
 
+    crash_loop_attempts: int = 2
+    """``crash_loop``: this many newest attempts failed the same way before saving anything."""
+
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
@@ -89,7 +100,8 @@ class Thresholds:
                 raise ThresholdError(
                     f"health threshold {f.name} = {value!r}: must be a number >= 0"
                 )
-        for name in ("storm_attempts", "stalled_attempts", "failures_in_row"):
+        whole = ("storm_attempts", "stalled_attempts", "failures_in_row", "crash_loop_attempts")
+        for name in whole:
             if getattr(self, name) < 1 or getattr(self, name) != int(getattr(self, name)):
                 raise ThresholdError(
                     f"health threshold {name} = {getattr(self, name)!r}: must be a whole number"
@@ -186,9 +198,15 @@ def facts_of(state: RunState) -> Facts:
 
 
 def detect(
-    state: RunState | Facts, thresholds: Thresholds | None = None, now: float | None = None
+    state: RunState | Facts,
+    thresholds: Thresholds | None = None,
+    now: float | None = None,
+    gone: Mapping[int, str] | None = None,
 ) -> list[Alert]:
-    """The alerts that hold for ``state`` at ``now`` (default: the time now), by kind."""
+    """The alerts that hold for ``state`` at ``now`` (default: the time now), by kind.
+
+    ``gone``: attempts whose process the caller found gone from this host, with why
+    (:func:`ckptdash.ops.liveness.gone_here`); each running one is a ``lost`` alert."""
     th = thresholds or Thresholds()
     now = time.time() if now is None else now
     if not isinstance(state, Facts):
@@ -204,6 +222,8 @@ def detect(
         _budget_low(state, newest, th),
         _save_margin_negative(state),
         _checkpoint_failures(state, th),
+        crash_loop(state, th),
+        _lost(newest, gone or {}, now),
     ]
     return [a for a in found if a is not None]
 
@@ -412,3 +432,48 @@ def _checkpoint_failures(state: Facts, th: Thresholds) -> Alert | None:
         f"{len(failed)} failed saves in a row: {error}",
         attempt,
     )
+
+
+def failure_signature(error: str) -> str:
+    """An attempt's error with the numbers taken out (addresses, pids, steps): two attempts
+    that failed "the same way" have the same signature."""
+    return re.sub(r"\d+", "#", error.strip())[:300]
+
+
+def crash_loop(state: RunState | Facts, th: Thresholds | None = None) -> Alert | None:
+    """The ``crash_loop`` alert: the newest attempts all failed the same way, none of them
+    having saved a checkpoint (so restarting from the same checkpoint fails again)."""
+    th = th or Thresholds()
+    if not isinstance(state, Facts):
+        state = facts_of(state)
+    n = int(th.crash_loop_attempts)
+    newest = sorted(state.attempts.values(), key=lambda a: a.attempt)[-n:]
+    if len(newest) < n or any(a.outcome != "failed" for a in newest):
+        return None
+    if len({failure_signature(a.end_reason) for a in newest}) != 1:
+        return None
+    attempts = {a.attempt for a in newest}
+    if any(c.attempt in attempts and c.status == "saved" for c in state.checkpoints):
+        return None
+    last = newest[-1]
+    first = newest[0].attempt
+    return Alert(
+        "crash_loop",
+        last.ended_at or last.started_at or 0.0,
+        f"attempts {first}-{last.attempt} failed the same way before saving anything:"
+        f" {short_error(last.end_reason)}; restarting cannot help: fix the cause, or start"
+        " fresh with `ckptdash resume RUN --fresh`",
+        last.attempt,
+    )
+
+
+def short_error(error: str, limit: int = 120) -> str:
+    """An error on one short line (the status table's, an alert's detail)."""
+    line = " ".join(error.split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def _lost(a: AttemptInfo, gone: Mapping[int, str], now: float) -> Alert | None:
+    if a.outcome != "running" or a.attempt not in gone:
+        return None
+    return Alert("lost", a.last_heartbeat_t or now, gone[a.attempt], a.attempt)

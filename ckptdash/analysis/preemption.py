@@ -25,7 +25,7 @@ import itertools
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Protocol
 
 from ckptdash.state.checkpoints import checkpoint_order
@@ -244,11 +244,14 @@ def compute(snap: RunRecords) -> PreemptionCost:
         end = a.ended_at if a.ended_at is not None else a.last_heartbeat_t
         if a.started_at is not None and end is not None:
             wall += max(0.0, end - a.started_at)
-    with_duration = [c for c in snap.checkpoints if c.duration_s is not None and c.t is not None]
-    # A path saved again (last.ckpt) keeps only its latest save; count the others at its cost.
-    saving = sum(_stall(c) * (1 + c.replaced) for c in with_duration)
-    saves = sum(1 + c.replaced for c in with_duration)
+    saved = every_save(snap)
+    with_duration = [c for c in saved if c.duration_s is not None and c.t is not None]
+    saving = sum(_stall(c) for c in with_duration)
+    saves = len(with_duration)
     periodic = [c for c in with_duration if c.trigger == "periodic"]
+    # A loop's own regular saves (Monitor.save without a trigger: "api", nanoGPT's ckpt.pt
+    # every eval) are its interval when it names none periodic.
+    regular = periodic or [c for c in with_duration if c.trigger == "api"]
     costs = [_stall(c) for c in (periodic or with_duration)]
     cost = statistics.median(costs) if costs else None
     pre = tuple(preemptions(snap))
@@ -262,7 +265,7 @@ def compute(snap: RunRecords) -> PreemptionCost:
         saves=saves,
         preemptions=pre,
         save_cost_s=cost,
-        interval_s=_interval(periodic),
+        interval_s=_interval(regular),
         mtbf_s=mtbf,
         young_s=young,
         daly_s=daly,
@@ -274,11 +277,37 @@ def _stall(c: CheckpointInfo) -> float:
     return c.blocking_s if c.blocking_s is not None else c.duration_s or 0.0
 
 
+def every_save(snap: RunRecords) -> list[CheckpointInfo]:
+    """One record per ``checkpoint_saved``: a path saved over and over (``last.ckpt``) counts
+    every save, each with its own time, step, attempt and cost (:attr:`CheckpointInfo.earlier`)."""
+    out: list[CheckpointInfo] = []
+    for c in snap.checkpoints:
+        for v in c.earlier:
+            out.append(
+                replace(
+                    c,
+                    t=v.t,
+                    step=v.step,
+                    attempt=v.attempt,
+                    rank=v.rank,
+                    trigger=v.trigger,
+                    size_bytes=v.size_bytes,
+                    duration_s=v.duration_s,
+                    blocking_s=v.blocking_s,
+                    started_at=v.t - v.duration_s,
+                    replaced=0,
+                    earlier=(),
+                )
+            )
+        out.append(c)
+    return out
+
+
 def _saves_of(snap: RunRecords, a: AttemptInfo) -> list[CheckpointInfo]:
     """The attempt's durable saves, oldest first (whatever happened to the files later)."""
     saves = [
         c
-        for c in snap.checkpoints
+        for c in every_save(snap)
         if c.attempt == a.attempt and c.t is not None and c.size_bytes is not None
     ]
     return sorted(saves, key=lambda c: c.t or 0.0)

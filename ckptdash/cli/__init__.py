@@ -7,7 +7,7 @@
     ckptdash stop RUN_DIR --yes [--wait]     Stop after save
     ckptdash requeue RUN_DIR --suspend|--resume   (mirrored onto the SLURM job when SLURM is here)
     ckptdash requeue RUN_DIR --hold|--release|--cancel-pending --yes   (a requeued, pending job)
-    ckptdash resume RUN_DIR [--pin PATH|--clear]
+    ckptdash resume RUN_DIR [--pin PATH [--sticky]|--clear|--fresh]
     ckptdash demo                            a small real run: preemptions, a kill, resumes
     ckptdash serve PATH [--port N]           the live dashboard in a browser tab
     ckptdash watch PATH [--on hung=requeue]  raise health alerts, notify, act (docs/health.md)
@@ -43,6 +43,7 @@ from ckptdash.resume import choose_resume, find_recorded
 from ckptdash.rundir import RunDir, find_runs
 from ckptdash.state.reading import load_state
 from ckptdash.terminal import one_line, printable_output
+from ckptdash.train import crash_loop
 
 __all__ = ["main", "render_status"]  # render_status: `ckptdash status RUN` in a notebook
 
@@ -203,6 +204,17 @@ def _parser() -> argparse.ArgumentParser:
     g = s.add_mutually_exclusive_group()
     g.add_argument("--pin", metavar="PATH", help="a checkpoint this run recorded")
     g.add_argument("--clear", action="store_true", help="remove the pin (back to the rule)")
+    g.add_argument(
+        "--fresh",
+        action="store_true",
+        help="the next attempt starts fresh, and no checkpoint from before it is chosen again"
+        " (after the model changed: see docs/resume-rule.md)",
+    )
+    s.add_argument(
+        "--sticky",
+        action="store_true",
+        help="with --pin: keep the pin after an attempt loaded it (by default it is used once)",
+    )
     s.set_defaults(func=_resume)
 
     cli_serve.add_commands(sub)
@@ -344,6 +356,9 @@ def _scheduler_control(run: RunDir, args: argparse.Namespace) -> int:
 def _resume(args: argparse.Namespace) -> int:
     run = _require_run(args.run_dir)
     state = load_state(run)
+    lifted = False
+    if args.sticky and not args.pin:
+        raise CkptDashError("--sticky goes with --pin PATH: it keeps that pin after it is used")
     if args.pin:
         match = find_recorded(state, args.pin)
         if match is None:
@@ -351,9 +366,18 @@ def _resume(args: argparse.Namespace) -> int:
                 f"{args.pin}: not a checkpoint this run recorded; pick a path from"
                 f" `ckptdash status {run.root}` (pins are limited to recorded checkpoints)"
             )
-        control.update_settings(run, resume_pin=match.path)
+        lifted = crash_loop.lift(run)
+        control.update_settings(run, resume_pin=match.path, sticky=args.sticky)
     elif args.clear:
-        control.update_settings(run, resume_pin=None)
+        control.update_settings(run, resume_pin=None, fresh_start=False)
+    elif args.fresh:
+        lifted = crash_loop.lift(run)
+        control.update_settings(run, fresh_start=True)
+        print(
+            "the next attempt starts fresh; checkpoints recorded before it are never chosen again"
+        )
+    if lifted:
+        print("requeue: back to auto (it was suspended after a crash loop)")
     choice = choose_resume(run, state=state)
     print(one_line(f"next attempt resumes from: {choice.path or 'nothing (fresh start)'}"))
     print(one_line(f"because: {choice.reason}"))

@@ -12,6 +12,7 @@ from ckptdash import control
 from ckptdash.analysis import health
 from ckptdash.analysis.health import Thresholds, parse_assignments
 from ckptdash.errors import CkptDashError
+from ckptdash.ops import liveness
 from ckptdash.ops.watch import ACTIONS, Watch, Webhook, parse_rules
 from ckptdash.rundir import RunDir, find_runs
 from ckptdash.state import RunState
@@ -49,7 +50,8 @@ def thresholds_of(run: RunDir, changes: dict[str, Any]) -> Thresholds:
 
 def alerts_of(run: RunDir, state: RunState, args: argparse.Namespace) -> list[dict[str, Any]]:
     """The alerts that hold for ``state`` now, as ``status --json`` lists them."""
-    return [a.to_dict() for a in health.detect(state, thresholds_of(run, overrides(args)))]
+    th = thresholds_of(run, overrides(args))
+    return [a.to_dict() for a in health.detect(state, th, gone=liveness.gone_here(state))]
 
 
 def add_commands(sub: Any) -> None:
@@ -100,6 +102,12 @@ def _watch(args: argparse.Namespace) -> int:
         args.path, overrides=overrides(args), exec_cmd=args.exec_cmd, webhook=webhook, rules=rules
     )
     print(f"ckptdash watch: {args.path}: looking every {args.interval:g} s", flush=True)
+    if watch.waiting:
+        print(
+            f"ckptdash watch: {args.path} holds no ckptdash events yet (a pending job?):"
+            " waiting for them",
+            flush=True,
+        )
     try:
         if args.once:
             watch.poll()
@@ -129,7 +137,8 @@ def _health(args: argparse.Namespace) -> int:
     for name, value in vars(th).items():
         mark = "  (run setting)" if name in stored else ""
         print(f"{name:18} {value:g}{mark}")
-    alerts = health.detect(load_state(run), th)
+    state = load_state(run)
+    alerts = health.detect(state, th, gone=liveness.gone_here(state))
     print()
     if not alerts:
         print("no alerts")

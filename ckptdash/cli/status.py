@@ -16,15 +16,17 @@ import msgspec
 from ckptdash import control
 from ckptdash import humanize as fmt
 from ckptdash.analysis import run_words
+from ckptdash.analysis.health import short_error
 from ckptdash.cli import health as health_cli
 from ckptdash.errors import CkptDashError
+from ckptdash.ops import liveness
 from ckptdash.ops import slurm as slurm_admin
 from ckptdash.resume import choose_resume
 from ckptdash.rundir import RunDir, find_runs
 from ckptdash.state import RunState
 from ckptdash.state.checkpoints import checkpoint_order
 from ckptdash.state.reading import load_state
-from ckptdash.state.records import SHOWN_STALE_AFTER_S, AttemptInfo
+from ckptdash.state.records import SHOWN_STALE_AFTER_S, AttemptInfo, CheckpointInfo
 from ckptdash.terminal import one_line
 
 
@@ -47,7 +49,8 @@ def status_command(args: argparse.Namespace) -> int:
         sys.stdout.write(msgspec.json.format(msgspec.json.encode(out), indent=2).decode() + "\n")
         return 0
     if len(runs) == 1 and runs[0].root == Path(args.path):
-        print(render_status(runs[0], states[0], scheduler=views[0]))
+        gone = liveness.gone_here(states[0])
+        print(render_status(runs[0], states[0], scheduler=views[0], gone=gone))
         for alert in health_cli.alerts_of(runs[0], states[0], args):
             print(one_line(f"ALERT {alert['kind']}: {alert['detail']}"))
     else:
@@ -59,10 +62,19 @@ def status_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_word(state: RunState, now: float, stale_after_s: float = SHOWN_STALE_AFTER_S) -> str:
+def run_word(
+    state: RunState,
+    now: float,
+    stale_after_s: float = SHOWN_STALE_AFTER_S,
+    gone: dict[int, str] | None = None,
+) -> str:
     """The run's state in one word, as the dashboard's badge says it
-    (:mod:`ckptdash.analysis.run_words`)."""
-    return run_words.run_word(_newest(state), state.requeues, state.signals, now, stale_after_s)
+    (:mod:`ckptdash.analysis.run_words`); ``lost`` for a running attempt whose process is
+    ``gone`` from this host (:func:`ckptdash.ops.liveness.gone_here`)."""
+    newest = _newest(state)
+    if newest is not None and newest.outcome == "running" and gone and newest.attempt in gone:
+        return "lost"
+    return run_words.run_word(newest, state.requeues, state.signals, now, stale_after_s)
 
 
 def _newest(state: RunState) -> AttemptInfo | None:
@@ -87,7 +99,7 @@ def render_run_lines(runs: list[RunDir], states: list[RunState], now: float | No
         rows.append(
             [
                 run.root.name,
-                run_word(state, now),
+                run_word(state, now, gone=liveness.gone_here(state, now=now)),
                 "-" if newest is None else str(newest.attempt),
                 step,
                 fmt.rough_age(None if newest is None else newest.last_heartbeat_t, now),
@@ -159,8 +171,11 @@ def render_status(
     state: RunState,
     now: float | None = None,
     scheduler: slurm_admin.JobStatus | None = None,
+    gone: dict[int, str] | None = None,
 ) -> str:
     """A readable summary of one run: attempts, checkpoints, signals, requeues, commands.
+
+    ``gone`` (:func:`ckptdash.ops.liveness.gone_here`) shows those running attempts as lost.
 
     ``scheduler`` (from :func:`job_statuses`) adds SLURM's view of the job under the header.
     Every line holds one line: a newline inside a recorded value is printed as an escape.
@@ -169,7 +184,7 @@ def render_status(
         [
             *map(one_line, _header_lines(run, state, scheduler)),
             "",
-            _attempts_table(state),
+            _attempts_table(state, gone or {}),
             "",
             _checkpoints_table(run, state),
             *map(one_line, _event_lines(state)),
@@ -186,6 +201,10 @@ def _header_lines(
         settings = control.read_settings(run)
         requeue = "suspended" if settings.requeue_suspended else "auto"
         pin = _rel(settings.resume_pin, run.root) if settings.resume_pin else "-"
+        if settings.resume_pin:
+            pin += " (sticky)" if settings.resume_pin_sticky else " (used once)"
+        if settings.fresh_start:
+            pin += "   fresh start requested (`ckptdash resume RUN --clear` cancels it)"
     except CkptDashError as exc:
         requeue, pin = f"unknown ({exc})", "-"
     choice = choose_resume(run, state=state)
@@ -197,7 +216,16 @@ def _header_lines(
     return lines
 
 
-def _attempts_table(state: RunState) -> str:
+def _outcome(a: AttemptInfo, gone: dict[int, str]) -> str:
+    """The attempt's outcome with a short reason: a failure's error is cut to one short line
+    (``ckptdash status RUN --json`` and the dashboard have all of it)."""
+    if a.outcome == "running" and a.attempt in gone:
+        return f"lost (process {a.pid} gone)"
+    reason = short_error(a.end_reason, 60) if a.outcome == "failed" else a.end_reason
+    return a.outcome + (f" ({reason})" if reason else "")
+
+
+def _attempts_table(state: RunState, gone: dict[int, str]) -> str:
     return _table(
         ["attempt", "host", "job", "started", "outcome", "step", "resumed from"],
         [
@@ -206,7 +234,7 @@ def _attempts_table(state: RunState) -> str:
                 a.host,
                 a.job_id or "-",
                 fmt.clock(a.started_at, "-"),
-                a.outcome + (f" ({a.end_reason})" if a.end_reason else ""),
+                _outcome(a, gone),
                 _opt(a.step),
                 Path(a.resumed_from).name if a.resumed_from else "-",
             ]
@@ -219,21 +247,30 @@ def _checkpoints_table(run: RunDir, state: RunState) -> str:
     ckpts = sorted(state.checkpoints.values(), key=checkpoint_order)
     if not ckpts:
         return "no checkpoints recorded"
+    boundary = state.fresh_start()
+    since = boundary.attempt if boundary is not None else -1
     return _table(
         ["step", "trigger", "status", "size", "save s", "attempt", "path"],
         [
             [
                 _opt(c.step),
                 c.trigger,
-                c.status + (" (unvalidated)" if c.unvalidated else ""),
+                c.status
+                + (" (unvalidated)" if c.unvalidated else "")
+                + (" (before fresh start)" if _history(c, since) else ""),
                 "-" if c.unvalidated else fmt.size(c.size_bytes, "-"),
                 "-" if c.duration_s is None else f"{c.duration_s:.2f}",
                 _opt(c.attempt),
-                _rel(c.path, run.root),
+                _rel(c.path, run.root) + (f"  (saved x{c.replaced + 1})" if c.replaced else ""),
             ]
             for c in ckpts
         ],
     )
+
+
+def _history(c: CheckpointInfo, fresh_since: int) -> bool:
+    """A saved checkpoint from before the fresh-start boundary: never a resume candidate."""
+    return c.status == "saved" and c.attempt is not None and c.attempt < fresh_since
 
 
 def _event_lines(state: RunState) -> list[str]:

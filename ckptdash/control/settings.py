@@ -69,6 +69,8 @@ def update_settings(
     *,
     requeue_suspended: bool | None = None,
     resume_pin: str | _Unset | None = UNSET,
+    sticky: bool = False,
+    fresh_start: bool | None = None,
     health: dict[str, float] | None = None,
     author: str | None = None,
     now: float | None = None,
@@ -76,7 +78,9 @@ def update_settings(
     """Change some settings, keep the others, and return the new settings.
 
     ``requeue_suspended=None`` and ``resume_pin=UNSET`` leave that setting as
-    it is; ``resume_pin=None`` clears the pin. ``author`` is recorded as
+    it is; ``resume_pin=None`` clears the pin. A new pin is used once (the attempt that loads
+    it consumes it) unless ``sticky``. ``fresh_start=True`` asks the next attempt to start
+    fresh (and clears the pin); ``None`` leaves that request as it is. ``author`` is recorded as
     ``updated_by`` (default ``user@host``). The file is read, changed and
     replaced atomically under a lock, so two dashboards changing different
     settings at once do not undo each other. An existing file that does not
@@ -107,6 +111,13 @@ def update_settings(
             changes["requeue_suspended"] = requeue_suspended
         if resume_pin is not UNSET:
             changes["resume_pin"] = resume_pin
+            changes["resume_pin_sticky"] = bool(sticky and resume_pin is not None)
+            if resume_pin is not None:
+                changes["fresh_start"] = False  # the latest request wins
+        if fresh_start is not None:
+            changes["fresh_start"] = bool(fresh_start)
+            if fresh_start:
+                changes["resume_pin"], changes["resume_pin_sticky"] = None, False
         if health is not None:  # the whole mapping: the caller merged and validated it
             changes["health"] = dict(sorted(health.items()))
         new = msgspec.structs.replace(current, **changes)

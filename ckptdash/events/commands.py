@@ -86,6 +86,13 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     v: int = FORMAT_VERSION
     requeue_suspended: bool = False
     resume_pin: str | None = None
+    resume_pin_sticky: bool = False
+    """Keep the pin after an attempt loaded it (``ckptdash resume RUN --pin PATH --sticky``);
+    by default the attempt that loads a pinned checkpoint consumes the pin."""
+    fresh_start: bool = False
+    """The next attempt starts fresh (``ckptdash resume RUN --fresh``): it records a fresh-start
+    boundary in the log (``run_started`` with ``fresh``) and clears this setting; checkpoints
+    from before the boundary are never chosen again."""
     health: dict[str, float] = msgspec.field(default_factory=dict)
     """Health thresholds of this run by name (``ckptdash health RUN --set NAME=VALUE``)."""
     updated_at: NonNegFloat = 0.0

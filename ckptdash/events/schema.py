@@ -60,6 +60,10 @@ class RunStarted(Event, frozen=True, tag="run_started"):
     pid: NonNegInt | None = None
     max_steps: NonNegInt | None = None
     requeue_budget: NonNegInt | None = None
+    fresh: str = ""
+    """Why this attempt starts fresh (``ckptdash resume RUN --fresh``, ``fresh=`` given to the
+    Monitor or callback); "" when it does not. A fresh-start boundary: no checkpoint recorded
+    by an earlier attempt is a resume candidate any more (docs/resume-rule.md)."""
 
 
 class RunResumed(Event, frozen=True, tag="run_resumed"):

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Final
 
+from ckptdash.errors import CheckpointMismatchError, CkptDashError
 from ckptdash.lightning.frames import UNKNOWN, given_ckpt_path
+from ckptdash.train.misfit import MISFIT_ERRORS, misfit_message
 from ckptdash.train.session import Session
 
 _HPC_NAME: Final = re.compile(r"^hpc_ckpt_\d+\.ckpt$")
@@ -35,7 +39,8 @@ def hook_resume(trainer: Any, session: Session) -> None:
             # The user's explicit choice is respected, once it validates.
             reason = session.check_given(os.fspath(path))
         # else: the user asked (e.g. "last") and Lightning found nothing: load nothing.
-        result = original(path, *args, **kwargs)
+        with _misfit_as_one_line(session, path):
+            result = original(path, *args, **kwargs)
         if path is not None:
             loaded = getattr(connector, "_loaded_checkpoint", None) or {}
             step = loaded.get("global_step")
@@ -44,3 +49,28 @@ def hook_resume(trainer: Any, session: Session) -> None:
         return result
 
     connector.resume_start = resume_start
+    # The checkpoint is read in resume_start, but loaded into the model and the optimizers
+    # afterwards: a shape mismatch fails there.
+    for name in ("restore_model", "restore_training_state"):
+        setattr(connector, name, _fitting(session, connector, getattr(connector, name)))
+
+
+def _fitting(session: Session, connector: Any, method: Callable[[], Any]) -> Callable[[], Any]:
+    def restore() -> Any:
+        with _misfit_as_one_line(session, getattr(connector, "_ckpt_path", None)):
+            return method()
+
+    return restore
+
+
+@contextlib.contextmanager
+def _misfit_as_one_line(session: Session, path: Any) -> Iterator[None]:
+    """A checkpoint that does not fit the model fails the attempt with one line naming it
+    and the fix (:mod:`ckptdash.train.misfit`), instead of Lightning's long error."""
+    try:
+        yield
+    except MISFIT_ERRORS as exc:
+        if path is None or isinstance(exc, CkptDashError):
+            raise
+        message = misfit_message(session.run.root, os.fspath(path), exc)
+        raise CheckpointMismatchError(message) from exc

@@ -41,6 +41,7 @@ from ckptdash.analysis import health
 from ckptdash.analysis.health import Alert, Thresholds
 from ckptdash.errors import CkptDashError
 from ckptdash.events import ActionTaken, AlertCleared, AlertRaised
+from ckptdash.ops import liveness
 from ckptdash.ops import slurm as slurm_admin
 from ckptdash.rundir import RunDir
 from ckptdash.rundir.writer import EventWriter
@@ -49,7 +50,11 @@ from ckptdash.state.reading import new_state
 from ckptdash.tail import FolderTailer
 from ckptdash.terminal import one_line
 
-ACTIONS: Final = {"hung": ("requeue", "cancel"), "restart_storm": ("hold",)}
+ACTIONS: Final = {
+    "hung": ("requeue", "cancel"),
+    "restart_storm": ("hold",),
+    "crash_loop": ("hold",),
+}
 """Which action each alert may trigger (``--on ALERT=ACTION``)."""
 
 EXEC_TIMEOUT_S: Final = 30.0
@@ -302,7 +307,8 @@ class Watch:
         self.clock = clock
         self.log = log
         self.who = who()
-        self._tailer = FolderTailer(self.path)
+        # A job still pending has no run directory yet: wait for it, as the dashboard does.
+        self._tailer = FolderTailer(self.path, wait=True)
         self._runs: dict[Path, _Run] = {}
         for root in self._tailer.tailers:
             thresholds_for(RunDir(root), self.overrides)  # a bad threshold fails at start
@@ -313,6 +319,7 @@ class Watch:
         for root, batch in self._tailer.poll().items():
             run = self._runs.get(root)
             if run is None:
+                print(f"ckptdash watch: watching {root}", file=self.log, flush=True)
                 run = self._runs[root] = _Run(new_state(RunDir(root)))
                 run.state.apply(batch)
                 run.open = _open_alerts(run.state)  # a restarted watch does not fire again
@@ -320,6 +327,11 @@ class Watch:
                 run.state.apply(batch)
             fired.extend(self._check(root, run))
         return fired
+
+    @property
+    def waiting(self) -> bool:
+        """No run to watch yet: the path does not exist or holds no events (a pending job)."""
+        return not self._tailer.tailers
 
     def run_forever(self, interval_s: float, stop: threading.Event | None = None) -> None:
         stop = stop or threading.Event()
@@ -343,7 +355,8 @@ class Watch:
             print(f"ckptdash watch: {exc}; using the defaults", file=self.log, flush=True)
             th = Thresholds().updated(self.overrides)
         now = self.clock()
-        active = {a.kind: a for a in health.detect(run.state, th, now)}
+        gone = liveness.gone_here(run.state, now=now)
+        active = {a.kind: a for a in health.detect(run.state, th, now, gone=gone)}
         fired: list[Fired] = []
         for kind in health.KINDS:
             if kind in active and kind not in run.open:

@@ -202,6 +202,12 @@ class RunState:
         self._decoded = fresh  # only what is still kept
         return out
 
+    def fresh_start(self) -> AttemptInfo | None:
+        """The latest attempt that started fresh (the fresh-start boundary), or None: no
+        checkpoint an earlier attempt recorded is a resume candidate any more."""
+        fresh = [a for a in self.attempts.values() if a.fresh]
+        return max(fresh, key=lambda a: a.attempt) if fresh else None
+
     def valid_checkpoints(self) -> list[CheckpointInfo]:
         """Checkpoints whose file is a resume candidate, oldest first by (step, time)."""
         saved = [c for c in self.checkpoints.values() if c.status == "saved"]

@@ -12,7 +12,7 @@ import os
 from typing import Final, TypeAlias, cast
 
 from ckptdash import events as ev_
-from ckptdash.state.records import CheckpointInfo, CheckpointStatus
+from ckptdash.state.records import CheckpointInfo, CheckpointStatus, SavedVersion
 from ckptdash.state.streams import Key
 
 CkptEvent: TypeAlias = (
@@ -68,12 +68,14 @@ def outside(path: str, root: str, roots: list[str], dirs: list[str]) -> str:
 class Checkpoint:
     """One path: its latest event of each slot by :data:`Key`, its saves, its save starts."""
 
-    __slots__ = ("latest", "saves", "starts")
+    __slots__ = ("history", "latest", "saves", "starts")
 
     def __init__(self) -> None:
         self.latest: dict[str, tuple[Key, CkptEvent]] = {}  # "started"/"saved"/"failed"/"gone"
         self.saves = 0
         self.starts: list[float] = []
+        # Every save of the path, by key: a path saved over and over keeps all of them.
+        self.history: list[tuple[Key, SavedVersion]] = []
 
     def record(self, ev: CkptEvent, k: Key) -> str:
         """Take one of its events; returns the slot it fills."""
@@ -83,6 +85,12 @@ class Checkpoint:
             self.latest[slot] = (k, ev)
         if slot == "saved":
             self.saves += 1
+            sv = cast("ev_.CheckpointSaved", ev)
+            stall = sv.duration_s if sv.blocking_s is None else sv.blocking_s
+            version = SavedVersion(
+                sv.t, sv.step, sv.attempt, sv.rank, sv.trigger, sv.size_bytes, sv.duration_s, stall
+            )
+            bisect.insort(self.history, (k, version), key=lambda item: item[0])
         elif slot == "started":
             bisect.insort(self.starts, ev.t)
         return slot
@@ -125,6 +133,8 @@ def checkpoint_info(path: str, c: Checkpoint) -> CheckpointInfo:
         reason=reason,
         replaced=max(0, c.saves - 1),
     )
+    if saved is not None and len(c.history) > 1:
+        info.earlier = tuple(v for k, v in c.history if k != saved[0])
     if not isinstance(base, ev_.CheckpointRemoved | ev_.CheckpointInvalid):
         info.trigger = base.trigger
     if saved is not None:

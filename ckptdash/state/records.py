@@ -53,6 +53,8 @@ class AttemptInfo:
     end_reason: str = ""
     resumed_from: str | None = None
     resume_reason: str = ""
+    fresh: str = ""
+    """Why this attempt started fresh (a fresh-start boundary), "" when it did not."""
     last_heartbeat_t: float | None = None
     step: int | None = None
     epoch: int | None = None
@@ -68,8 +70,10 @@ class CheckpointInfo:
     ``saving``, ``failed``, ``removed`` or ``invalid`` (``reason`` says why).
     A save or failed save *over* a saved file leaves it ``saved``: writes are
     atomic, so the older file is intact; ``error`` then holds the later
-    failure. A newer save of the same path replaces the record; ``replaced``
-    counts the older saves it superseded.
+    failure. A newer save of the same path (``last.ckpt``, nanoGPT's ``ckpt.pt``) is what
+    the record describes; ``replaced`` counts the older saves it superseded and
+    ``earlier`` keeps each of them (history for the table and goodput: their checksums
+    describe bytes the file no longer holds, so they are never resume candidates).
     """
 
     path: str
@@ -95,6 +99,24 @@ class CheckpointInfo:
     error: str = ""
     reason: str = ""
     replaced: int = 0
+    earlier: tuple[SavedVersion, ...] = ()
+    """Every earlier save of this path, oldest first (``replaced`` of them)."""
+
+
+@dataclass(frozen=True)
+class SavedVersion:
+    """One ``checkpoint_saved`` of a path that was saved again since (see
+    :attr:`CheckpointInfo.earlier`): when, by whom, and what it cost."""
+
+    t: float
+    step: int | None
+    attempt: int
+    rank: int
+    trigger: str
+    size_bytes: int
+    duration_s: float
+    blocking_s: float
+    """How long the save stalled training (a synchronous save: all of ``duration_s``)."""
 
 
 @dataclass

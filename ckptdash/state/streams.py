@@ -135,6 +135,7 @@ class Attempt:
             info.host, info.scheduler, info.job_id = st.host, st.scheduler, st.job_id
             info.world_size, info.pid, info.started_at = st.world_size, st.pid, st.t
             info.max_steps, info.requeue_budget = st.max_steps, st.requeue_budget
+            info.fresh = st.fresh
         if self.resume is not None:
             info.resumed_from, info.resume_reason = self.resume[1].path, self.resume[1].reason
         if self.end is not None:

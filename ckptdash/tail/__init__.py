@@ -448,7 +448,9 @@ class FolderTailer:
     """Tail a run directory or every run directly below a folder; new runs join as they appear.
 
     Raises :class:`~ckptdash.errors.RunDirError` at construction when ``path``
-    holds no run; later polls never raise (a folder may be empty for a moment).
+    holds no run, unless ``wait``: then a path that does not exist yet or holds no run yet
+    (the job is still pending) is watched until runs appear. Later polls never raise (a
+    folder may be empty for a moment).
     """
 
     def __init__(
@@ -457,11 +459,18 @@ class FolderTailer:
         *,
         read_bytes: int = READ_BYTES,
         decode_bytes: int = DECODE_BYTES,
+        wait: bool = False,
     ) -> None:
         self.path = Path(path)
         self._options = {"read_bytes": read_bytes, "decode_bytes": decode_bytes}
         self.tailers: dict[Path, RunTailer] = {}
-        for run in find_runs(self.path):
+        try:
+            runs = find_runs(self.path)
+        except RunDirError:
+            if not wait or (self.path.exists() and not self.path.is_dir()):
+                raise
+            runs = []
+        for run in runs:
             self.tailers[run.root] = RunTailer(run, **self._options)
 
     def poll(self, max_bytes: int | None = None) -> dict[Path, TailBatch]:

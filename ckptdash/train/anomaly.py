@@ -112,17 +112,24 @@ def pin_for_rollback(run: RunDir, path: str, step: int) -> None:
     control.update_settings(run, resume_pin=path, author=f"{ROLLBACK_AUTHOR} at step {step}")
 
 
-def clear_used_rollback_pin(run: RunDir, loaded: str) -> None:
-    """After a resume from a rollback's pin, remove the pin: it was for that attempt only
-    (a person's pin stays until they clear it)."""
+def consume_pin(run: RunDir, loaded: str) -> str:
+    """After a resume from the pinned checkpoint, remove the pin unless it is sticky: a pin is
+    for the attempt that loads it (a rollback's too), so a later preemption resumes from what
+    was trained since. Returns what ``run_resumed`` says about the pin ("" when ``loaded`` is
+    not the pin)."""
     try:
         settings = control.read_settings(run)
         pin = settings.resume_pin
-        same = pin is not None and os.path.abspath(pin) == os.path.abspath(loaded)
-        if same and settings.updated_by.startswith(ROLLBACK_AUTHOR):
-            control.update_settings(run, resume_pin=None, author=ROLLBACK_AUTHOR + " (used)")
-    except Exception:  # the pin is a convenience: never fail a resume over it
-        return
+        if pin is None or os.path.abspath(pin) != os.path.abspath(loaded):
+            return ""
+        rollback = settings.updated_by.startswith(ROLLBACK_AUTHOR)
+        if settings.resume_pin_sticky and not rollback:
+            return "; sticky pin kept (`ckptdash resume RUN --clear` removes it)"
+        author = ROLLBACK_AUTHOR + " (used)" if rollback else None
+        control.update_settings(run, resume_pin=None, author=author)
+    except Exception as exc:  # the pin is a convenience: never fail a resume over it
+        return f"; the pin could not be cleared ({exc}): it stays for the next attempt"
+    return "; pin consumed (`ckptdash resume RUN --pin PATH --sticky` keeps a pin)"
 
 
 def respond(run: RunDir, writer: EventWriter, found: Anomaly, action: AnomalyAction) -> int:

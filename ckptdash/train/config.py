@@ -65,6 +65,13 @@ class TrainConfig:
     resume: bool = True
     """Apply the resume rule automatically when the user gives no checkpoint path."""
 
+    fresh: bool | str = False
+    """Start fresh once, for a changed model: the first attempt that runs with this value
+    records a fresh-start boundary, and no checkpoint from before it is chosen again; later
+    attempts with the same value (requeues) resume from what was saved since. Give a name
+    (``fresh="model-v2"``) and a new one at the next change; ``True`` is the name ``True``.
+    The same from the command line: ``ckptdash resume RUN --fresh`` (docs/resume-rule.md)."""
+
     stale_after_s: float = 600.0
     """Another job's attempt that never recorded its end counts as still running while its
     last event is newer than this (on the same host its process id decides instead); a job
@@ -164,8 +171,18 @@ class TrainConfig:
             )
         if self.anomaly_window < 3:
             raise ConfigError(f"TrainConfig.anomaly_window = {self.anomaly_window}: must be >= 3")
+        if not isinstance(self.fresh, bool | str) or self.fresh == "":
+            raise ConfigError(
+                f"TrainConfig.fresh = {self.fresh!r}: use False, True or a name for this start"
+                ' (e.g. fresh="model-v2")'
+            )
         if self.validate not in ("checksum", "size"):
             raise ConfigError(f"TrainConfig.validate = {self.validate!r}: use 'checksum' or 'size'")
+
+    @property
+    def fresh_label(self) -> str:
+        """What ``run_started`` records as the reason of a fresh start this option asks for."""
+        return "" if self.fresh is False else f"fresh={self.fresh!r} given to ckptdash"
 
     @property
     def checkpoint_path(self) -> Path:

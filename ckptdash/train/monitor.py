@@ -24,13 +24,15 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from ckptdash.errors import SaveError
+from ckptdash.errors import CkptDashError, SaveError
 from ckptdash.events import CheckpointRemoved, CheckpointSaved, CheckpointStarted, Trigger
 from ckptdash.resume import ResumeChoice
 from ckptdash.train import dist, publish, submitit_job
 from ckptdash.train.async_save import AsyncSaver, SaveHandle
 from ckptdash.train.config import TrainConfig
 from ckptdash.train.decision import Decision
+from ckptdash.train.excepthook import ExceptHook
+from ckptdash.train.misfit import MISFIT_ERRORS, misfit_message
 from ckptdash.train.saving import META_KEY, durable_existing, record_save, save_atomic
 from ckptdash.train.scheduler import Scheduler
 from ckptdash.train.session import SIGNAL_STOPS, Session
@@ -42,6 +44,12 @@ class Monitor:
     ``run_dir`` and any :class:`TrainConfig` field may be passed as keywords,
     or a whole ``config``. Usable as a context manager: leaving the block
     records how the attempt ended (an exception is recorded as ``run_failed``).
+
+    A flat script (no ``with`` block) calls :meth:`close` at its end; an exception that
+    escapes the script before then is still recorded as ``run_failed``: the Monitor chains
+    itself into ``sys.excepthook`` until it is closed (``monitor.close(exc)`` in your own
+    ``except`` does the same explicitly). Create it after
+    ``torch.distributed.init_process_group()`` when there are several ranks.
     """
 
     def __init__(
@@ -66,6 +74,8 @@ class Monitor:
         self._signal_stops_before = len(SIGNAL_STOPS)
         self._entered = False  # used as a with block: it can end a preempted submitit attempt
         self._first_step = True
+        self._loaded: str | None = None  # what load() returned, until the first step after it
+        self._excepthook = ExceptHook(self._uncaught).install()
 
     # --- resume ------------------------------------------------------------------------------
 
@@ -118,7 +128,9 @@ class Monitor:
             # A directory checkpoint (DCP, Hugging Face, Accelerate) is loaded by its own
             # framework: hand back its path, e.g. for dcp.load(state, checkpoint_id=path).
             self.resume_path()
+            self._loaded = choice.path
             return Path(choice.path)
+        self._loaded = choice.path
         obj = torch.load(choice.path, map_location=map_location, weights_only=weights_only)
         self.resume_path()
         return obj
@@ -132,6 +144,7 @@ class Monitor:
             if not self._entered:  # only a with block can end a preempted submitit attempt
                 lead = self.session.rank == 0
                 submitit_job.warn_if_unwrapped("ckptdash.Monitor outside a with block", lead=lead)
+        self._loaded = None
         decision = self.session.boundary(step, epoch, metrics)
         if decision is not None and not decision.save:  # an anomaly: stop, nothing to save
             self.session.after_save(None)
@@ -146,6 +159,12 @@ class Monitor:
     def should_stop(self) -> bool:
         """Training should end now (after a signal save, or a Stop after save command)."""
         return self._stopped or self.session.stop_reason is not None
+
+    @property
+    def preempted(self) -> bool:
+        """A signal stopped this attempt (saved, and requeued where the policy allowed): the
+        training did not finish, so code after the loop should not act as if it had."""
+        return self.session.stop_reason in ("preempted", "terminated")
 
     @property
     def attempt(self) -> int:
@@ -400,15 +419,37 @@ class Monitor:
         the block then exits the process without a result (``SystemExit``): the
         function's early return would otherwise become ``job.result()``, and the
         requeued attempt returns the finished training's value.
+
+        An error after :meth:`load` and before the first :meth:`step` (``load_state_dict``
+        refusing the checkpoint) is recorded as one line naming the checkpoint and the fix
+        (``ckptdash resume RUN --fresh``), and that line is added to the exception's notes.
         """
+        self._excepthook.uninstall()
         self._finish_saves()
+        failure = None
+        at_load = error is not None and self._loaded is not None
+        if at_load and isinstance(error, MISFIT_ERRORS) and not isinstance(error, CkptDashError):
+            assert self._loaded is not None
+            failure = misfit_message(self.config.run_dir, self._loaded, error)
+            add_note = getattr(error, "add_note", None)  # Python 3.11+
+            if add_note is not None:
+                add_note(f"ckptdash: {failure}")
         if error is not None and self.session.rank == 0:
             self.session.record_exception(error)
-        self.session.close(error=error)
+        self.session.close(error=error, failure=failure)
 
     def __enter__(self) -> Monitor:
         self._entered = True
         return self
+
+    def _uncaught(self, error: BaseException) -> None:
+        """An exception escaped a script that never closed the Monitor (the excepthook)."""
+        if isinstance(error, KeyboardInterrupt):
+            self._excepthook.uninstall()
+            self._finish_saves()
+            self.session.close(reason="interrupted")
+        else:
+            self.close(error)
 
     def __exit__(
         self,

@@ -48,12 +48,13 @@ from ckptdash.events import (
 from ckptdash.resume import ResumeChoice
 from ckptdash.rundir import RunDir
 from ckptdash.rundir.writer import EventWriter
-from ckptdash.train import anomaly, dist, requeue, resuming
+from ckptdash.train import anomaly, crash_loop, dist, requeue, resuming
 from ckptdash.train.announce import announce_stream, announcement
 from ckptdash.train.attempts import attempt_number
 from ckptdash.train.commands import Commands
 from ckptdash.train.config import ConfigError, SignalAction, TrainConfig
 from ckptdash.train.decision import ACTION_CODE, REQUEUE, Decision, Pending, decide
+from ckptdash.train.fresh import consume_fresh_request, fresh_start
 from ckptdash.train.guard import Claimant, RunGuard
 from ckptdash.train.pulse import Pulser
 from ckptdash.train.recovery import recover
@@ -188,6 +189,9 @@ class Session:
         if run_guard.refusal is not None:
             self._refuse(run_guard.refusal, recorded=False)
         started = None
+        fresh, asked = "", False
+        if self.rank == 0 and run_guard.view is not None:
+            fresh, asked = fresh_start(self.run, self.config, run_guard.view.state)
         if self.rank == 0:
             started = self.writer.emit(
                 RunStarted,
@@ -197,10 +201,13 @@ class Session:
                 pid=os.getpid(),
                 max_steps=max_steps,
                 requeue_budget=self.config.max_attempts,
+                fresh=fresh,
             )
         refusal = run_guard.confirm(started)
         if refusal is not None:
             self._refuse(refusal, recorded=True)
+        if asked:
+            consume_fresh_request(self.run)
         if self.rank == 0 and started is not None and run_guard.view is not None:
             self.commands.seen = {
                 cid
@@ -295,13 +302,21 @@ class Session:
     def record_resumed(self, path: str, reason: str, step: int | None = None) -> None:
         """Record that this attempt loaded ``path`` (rank 0)."""
         if self.rank == 0:
+            reason += anomaly.consume_pin(self.run, path)
             self.writer.emit(RunResumed, step=step, path=os.path.abspath(path), reason=reason)
-            anomaly.clear_used_rollback_pin(self.run, path)
             if step is not None:  # what was saved before is the healthy reference for now
                 self._anomalies.healthy_step = step
 
-    def close(self, reason: str = "completed", error: BaseException | None = None) -> None:
-        """End the attempt: answer unapplied commands, restore handlers, record the outcome."""
+    def close(
+        self,
+        reason: str = "completed",
+        error: BaseException | None = None,
+        failure: str | None = None,
+    ) -> None:
+        """End the attempt: answer unapplied commands, restore handlers, record the outcome.
+
+        ``failure`` is what ``run_failed`` says for ``error`` (default: its type and message).
+        """
         if self._closed:
             return
         self._closed = True
@@ -318,7 +333,10 @@ class Session:
         if error is not None:
             # On every rank that saw it (others in their own file): when one rank fails,
             # rank 0 may never get to record anything.
-            self.writer.emit(RunFailed, step=self.step, error=f"{type(error).__name__}: {error}")
+            text = failure or f"{type(error).__name__}: {error}"
+            self.writer.emit(RunFailed, step=self.step, error=text)
+            if self.rank == 0:
+                crash_loop.respond(self.run, self.writer, self.step)
         else:
             self._requeue_if_asked_since_terminating()
             if self.rank == 0:

@@ -90,13 +90,16 @@ def test_a_signal_mid_run_saves_requeues_and_train_returns(
 ) -> None:
     """SIGUSR2 during step 3 of a (fake) SLURM job makes the Trainer save checkpoint-3
     (trigger signal) and stop; ckptdash requeues the job once, train() returns normally,
-    and the attempt ends as preempted."""
+    the attempt ends as preempted, and ``callback.preempted`` tells the script so."""
     run, out = tmp_path / "run", tmp_path / "out"
     fake_scontrol(tmp_path / "bin", tmp_path / "scontrol.log")
     slurm_env(monkeypatch, tmp_path / "bin")
     poke = AtStep(3, lambda: os.kill(os.getpid(), signal.SIGUSR2))
-    t = trainer(out, steps=50, callbacks=[poke, CkptDashCallback(run, **FAST)])
+    callback = CkptDashCallback(run, **FAST)
+    t = trainer(out, steps=50, callbacks=[poke, callback])
+    assert not callback.preempted
     t.train()
+    assert callback.preempted
     assert t.state.global_step == 3
     state = load_state(run)
     (info,) = state.checkpoints.values()
@@ -126,6 +129,7 @@ def test_an_exception_in_train_is_recorded_as_a_failed_attempt(tmp_path: Path) -
     with pytest.raises(RuntimeError, match="NaN"):
         _train_recording_failure(t, cb)
     assert load_state(run).attempts[0].outcome == "failed"
+    assert not cb.preempted
 
 
 def test_save_now_then_stop_after_save(tmp_path: Path) -> None:

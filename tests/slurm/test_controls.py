@@ -158,7 +158,7 @@ def test_pin_from_control_channel_makes_next_attempt_resume_from_exactly_it(
 ) -> None:
     """`ckptdash resume RUN --pin PATH` of an older periodic checkpoint while the job runs: after
     the preemption the next attempt resumes from exactly that file (not the newer signal save)
-    and trains on from its step to the end."""
+    and trains on from its step to the end; that attempt consumed the pin."""
     r = scenarios.result(drive_pin)
     pinned, events = r["pinned"], r["events"]
     assert "pinned in the run settings" in r["pin_out"]
@@ -167,7 +167,7 @@ def test_pin_from_control_channel_makes_next_attempt_resume_from_exactly_it(
     assert signal_save.step > pinned.step  # the rule alone would have picked the signal save
     resumed = first(events, "run_resumed", 1)
     assert resumed.path == pinned.path
-    assert resumed.reason == "pinned in the run settings"
+    assert resumed.reason.startswith("pinned in the run settings; pin consumed")
     assert r["reports"][1]["first_step"] == pinned.step
     assert r["reports"][1]["final_step"] == FAST_STEPS
 

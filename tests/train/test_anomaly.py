@@ -120,11 +120,12 @@ def test_rollback_pins_the_save_before_the_divergence_and_the_next_attempt_resum
     assert control.read_settings(run).resume_pin is None
 
 
-def test_a_pin_set_by_a_person_stays_after_the_resume_that_used_it(tmp_path: Path) -> None:
-    """Only a rollback's pin is used once; a pin from the dashboard or CLI stays until cleared."""
+def test_a_sticky_pin_set_by_a_person_stays_after_the_resume_that_used_it(tmp_path: Path) -> None:
+    """Every pin is used once (a rollback's too), except a person's sticky pin
+    (``ckptdash resume --pin PATH --sticky``), which stays until cleared."""
     run = tmp_path / "run"
     loop(run, steps=25)
     pinned = str(run / "checkpoints" / "step=10.ckpt")
-    control.update_settings(run, resume_pin=pinned, author="ana@login1")
+    control.update_settings(run, resume_pin=pinned, sticky=True, author="ana@login1")
     assert loop(run, steps=25)[0] == 11
     assert control.read_settings(run).resume_pin == pinned

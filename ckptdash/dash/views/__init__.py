@@ -108,7 +108,10 @@ def render_header(model: DashModel) -> str:
     else:
         target = text.path_html(choice.path, snap.root) if choice.path else "<b>fresh start</b>"
         pin = settings.resume_pin if settings is not None else None
-        pinned = " <b>(pinned)</b>" if pin and pin == choice.path else ""
+        sticky = settings is not None and settings.resume_pin_sticky
+        pinned = ""
+        if pin and pin == choice.path:
+            pinned = " <b>(pinned, sticky)</b>" if sticky else " <b>(pinned, used once)</b>"
         resume = (
             f"<div style='margin-top:6px'>next attempt resumes from {target}{pinned}"
             f" <span class='muted'>— {esc(choice.reason)}</span></div>"

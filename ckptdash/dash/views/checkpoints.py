@@ -45,14 +45,21 @@ def checkpoint_frame(snap: RunSnapshot | None) -> pd.DataFrame:
         return typed_frame([], SCHEMA)
     pin = snap.settings.resume_pin if snap.settings is not None else None
     chosen = snap.resume.path if snap.resume is not None else None
+    fresh = [a.attempt for a in snap.attempts if a.fresh]
+    since = max(fresh) if fresh else -1  # the fresh-start boundary: older saves are history
     rows = []
     for c in snap.checkpoints:
         marks = []
+        if c.status == "saved" and c.attempt is not None and c.attempt < since:
+            marks.append("before fresh start")
         if c.path == chosen:
             marks.append("next")
         if pin and c.path == pin:
-            marks.append("pinned")
+            sticky = snap.settings is not None and snap.settings.resume_pin_sticky
+            marks.append("pinned (sticky)" if sticky else "pinned")
         status = c.status + (f": {c.reason}" if c.reason else "")
+        if c.replaced:  # a path saved over and over (last.ckpt): one row, every save counted
+            status += f" (saved x{c.replaced + 1})"
         status += f" ({c.error})" if c.error else ""
         status += f" (unvalidated: {c.unvalidated})" if c.unvalidated else ""
         rows.append(

@@ -42,6 +42,8 @@ LABELS: Final = {
     "budget_low": "requeue budget low",
     "save_margin_negative": "signal save too late",
     "checkpoint_failures": "checkpoint failures",
+    "crash_loop": "crash loop",
+    "lost": "process lost",
 }
 
 
