@@ -15,6 +15,7 @@ import msgspec
 
 from ckptdash import control, fmt, health_cli, slurm_admin
 from ckptdash.errors import CkptDashError
+from ckptdash.loggers import describe as describe_logger
 from ckptdash.records import SHOWN_STALE_AFTER_S, AttemptInfo
 from ckptdash.resume import choose_resume, load_state
 from ckptdash.rundir import RunDir, find_runs
@@ -240,7 +241,8 @@ def _checkpoints_table(run: RunDir, state: RunState) -> str:
 
 
 def _event_lines(state: RunState) -> list[str]:
-    """A line per signal, requeue, anomaly and command; then the count of unreadable lines."""
+    """A line per signal, requeue, anomaly, logger run and command; then the count of
+    unreadable lines."""
     lines = [
         f"signal  {s.signal} ({s.action}) attempt {s.attempt} rank {s.rank} step {_opt(s.step)}"
         for s in state.signals
@@ -253,6 +255,7 @@ def _event_lines(state: RunState) -> list[str]:
         lines.append(
             f"anomaly attempt {an.attempt} step {_opt(an.step)}: {an.reason} ({an.action}{pinned})"
         )
+    lines += [f"logger  {describe_logger(info)}" for _, info in sorted(state.loggers.items())]
     for c in sorted(state.commands.values(), key=lambda c: c.issued_at or 0):
         extra = c.detail or c.reason or c.error
         lines.append(

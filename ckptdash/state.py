@@ -51,6 +51,7 @@ from ckptdash.records import (
     CheckpointInfo,
     CommandInfo,
     ExceptionInfo,
+    LoggerInfo,
     MetricPoint,
     Progress,
     RankInfo,
@@ -105,6 +106,10 @@ class RunState:
         self.requeues: list[RequeueInfo] = []
         self.exceptions: list[ExceptionInfo] = []
         self.anomalies: list[AnomalyInfo] = []
+        self.loggers: dict[str, LoggerInfo] = {}
+        """The logger runs (TensorBoard, W&B, ...) this run's curves go to, by logger name:
+        each one's newest ``logger_attached``."""
+        self._logger_keys: dict[str, Key] = {}
         self.commands: dict[str, CommandInfo] = {}
         self.progress: Progress | None = None
         self.bad_lines = BadLines()
@@ -358,6 +363,15 @@ class RunState:
         self.anomalies.append(inc_.anomaly_info(ev))
         self._lists_dirty = True
 
+    def _on_logger_attached(self, ev: ev_.LoggerAttached, k: Key) -> None:
+        known = self._logger_keys.get(ev.logger)
+        if known is not None and known > k:
+            return
+        self._logger_keys[ev.logger] = k
+        self.loggers[ev.logger] = LoggerInfo(
+            ev.logger, ev.id, ev.location, ev.attempt, ev.step, ev.redone, ev.named, ev.t
+        )
+
     def _on_command_received(self, ev: ev_.CommandReceived, k: Key) -> None:
         self._command(ev.command_id).on_received(ev, k)
 
@@ -444,4 +458,5 @@ _HANDLERS: Final[dict[str, Any]] = {
     **{kind: RunState._on_command_outcome for kind in cmd_.COMMAND_OUTCOMES},
     "exception": RunState._on_exception,
     "anomaly": RunState._on_anomaly,
+    "logger_attached": RunState._on_logger_attached,
 }

@@ -30,6 +30,7 @@ def to_dict(state: RunState) -> dict[str, Any]:
         "requeues": [asdict(x) for x in state.requeues],
         "exceptions": [asdict(x) for x in state.exceptions],
         "anomalies": [asdict(x) for x in state.anomalies],
+        "loggers": {n: asdict(state.loggers[n]) for n in sorted(state.loggers)},
         "commands": {i: asdict(state.commands[i]) for i in sorted(state.commands)},
         "ranks": {str(n): [asdict(r) for r in state.rank_info(n)] for n in sorted(state.attempts)},
         "alert_log": [asdict(x) for x in state.alert_log],

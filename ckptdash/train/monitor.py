@@ -31,6 +31,7 @@ from ckptdash.train import dist, publish
 from ckptdash.train.async_save import AsyncSaver, SaveHandle
 from ckptdash.train.config import TrainConfig
 from ckptdash.train.decision import Decision
+from ckptdash.train.logger_runs import LoggerRuns
 from ckptdash.train.saving import META_KEY, durable_existing, record_save, save_atomic
 from ckptdash.train.scheduler import Scheduler
 from ckptdash.train.session import Session
@@ -62,6 +63,8 @@ class Monitor:
         self._saver: AsyncSaver | None = None
         self._declared: set[Path] = set()
         self._announced: set[str] = set()  # paths record_started() announced, awaiting record()
+        self.loggers = LoggerRuns(self.session, lambda: self.resume_step)
+        """The same TensorBoard / W&B / MLflow run in every attempt (docs/loggers.md)."""
 
     # --- resume ------------------------------------------------------------------------------
 
@@ -71,6 +74,12 @@ class Monitor:
         if self._resume is None:
             self._resume = self.session.choose_resume()
         return self._resume
+
+    @property
+    def resume_step(self) -> int | None:
+        """The step of the checkpoint this attempt resumes from (None: a fresh start)."""
+        choice = self.resume_choice
+        return choice.step if choice.path is not None else None
 
     def load(self, map_location: Any = "cpu", weights_only: bool = True) -> Any:
         """Load the checkpoint the resume rule chose and record it; None on a fresh start.
