@@ -206,3 +206,38 @@ def test_two_ranks_log_once_into_one_run(tmp_path: Path) -> None:
     state = state_of(job.run)
     assert set(state.loggers) == {"tensorboard", "wandb", "mlflow"}
     assert state.event_counts["logger_attached"] == 6  # 3 loggers x 2 attempts, rank 0 only
+
+
+def test_a_version_the_user_named_is_kept_and_a_clash_is_told(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A TensorBoardLogger given ``version=`` keeps it (ckptdash names only unnamed loggers);
+    when earlier attempts of the run logged into another version, one line on stderr says so,
+    and the run's record names the user's version."""
+    import lightning.pytorch as pl
+    from lightning.pytorch.loggers import TensorBoardLogger
+
+    from tests.train.test_lightning import Tiny, callback
+
+    def fit(steps: int, logger: Any) -> None:
+        pl.Trainer(
+            default_root_dir=run, max_steps=steps, callbacks=[callback(run)], logger=logger,
+            enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+            accelerator="cpu",
+        ).fit(Tiny())  # fmt: skip
+
+    run = tmp_path / "run"
+    first = TensorBoardLogger(tmp_path / "tb")
+    fit(3, first)
+    derived = f"ckptdash-{RunDir(run).info().run_id}"
+    assert first.version == derived
+    capfd.readouterr()
+
+    mine = TensorBoardLogger(tmp_path / "tb", version="mine")
+    fit(6, mine)
+    assert Path(mine.log_dir).name == "mine"
+    err = capfd.readouterr().err
+    assert "tensorboard logs into 'mine' as you set it; earlier attempts of this run" in err
+    assert f"logged into '{derived}'" in err
+    record = state_of(run).loggers["tensorboard"]
+    assert (record.id, record.named) == ("mine", True)
