@@ -27,7 +27,9 @@ from typing import Any
 
 from transformers import TrainerCallback
 
+from ckptdash import hf_loggers
 from ckptdash.events import Trigger
+from ckptdash.rundir import RunDir
 from ckptdash.train.config import TrainConfig
 from ckptdash.train.monitor import Monitor
 
@@ -56,6 +58,12 @@ class CkptDashCallback(TrainerCallback):
         self._logs: dict[str, Any] = {}
         self._known: set[Path] = set()
         self._output_dir: Path | None = None
+        if self.config.continue_loggers:  # before the Trainer builds its reporting callbacks
+            hf_loggers.name_runs(RunDir(self.config.run_dir))
+
+    def on_init_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.config.continue_loggers and state.is_world_process_zero:
+            hf_loggers.purge_tensorboard(RunDir(self.config.run_dir), args)
 
     # --- attempt lifecycle ----------------------------------------------------------------
 
@@ -82,6 +90,8 @@ class CkptDashCallback(TrainerCallback):
                 monitor.session.record_resumed(
                     path, "given to train(resume_from_checkpoint=...)", step=step
                 )
+        if self.config.continue_loggers and state.is_world_process_zero:
+            hf_loggers.record_runs(monitor, args)  # the reporting callbacks began before us
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         monitor, self.monitor = self.monitor, None
