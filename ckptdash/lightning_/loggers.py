@@ -114,10 +114,23 @@ class TrainerLoggers:
 
 def _configure_versioned(logger: Any, derived: str, previous: LoggerAttached | None) -> bool:
     """TensorBoard and CSV: the version folder ``<name>/ckptdash-<run id>``."""
-    if logger._version is not None or getattr(logger, "_experiment", None) is not None:
+    if getattr(logger, "_experiment", None) is not None:
+        return True
+    if logger._version is not None and not _lightning_default(logger):
         return True
     logger._version = derived
     return False
+
+
+def _lightning_default(logger: Any) -> bool:
+    """``Trainer(logger=True)`` (the default) makes a TensorBoardLogger versioned by the SLURM
+    job id: a new folder per resubmitted job, and not a version the user chose."""
+    job_id = os.environ.get("SLURM_JOB_ID", "")
+    return (
+        job_id.isdigit()
+        and logger._version == int(job_id)
+        and getattr(logger, "_name", None) == "lightning_logs"
+    )
 
 
 def _configure_csv(logger: Any, derived: str, previous: LoggerAttached | None) -> bool:

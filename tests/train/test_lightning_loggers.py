@@ -241,3 +241,27 @@ def test_a_version_the_user_named_is_kept_and_a_clash_is_told(
     assert f"logged into '{derived}'" in err
     record = state_of(run).loggers["tensorboard"]
     assert (record.id, record.named) == ("mine", True)
+
+
+def test_lightnings_default_logger_under_slurm_continues_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``Trainer(logger=True)`` under SLURM versions its TensorBoardLogger by the job id, a
+    new folder per resubmitted job and not the user's choice: ckptdash names it after the
+    run, and says nothing of a clash."""
+    import lightning.pytorch as pl
+
+    from tests.train.test_lightning import Tiny, callback
+
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    monkeypatch.setenv("SLURM_JOB_NAME", "train")
+    run = tmp_path / "run"
+    t = pl.Trainer(
+        default_root_dir=run, max_steps=2, callbacks=[callback(run)], logger=True,
+        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+        accelerator="cpu",
+    )  # fmt: skip
+    t.fit(Tiny())
+    derived = f"ckptdash-{RunDir(run).info().run_id}"
+    assert Path(t.logger.log_dir) == run / "lightning_logs" / derived
+    assert not state_of(run).loggers["tensorboard"].named
