@@ -14,6 +14,10 @@ median of the per-round ratios, with a 95 % bootstrap interval. Goal: â‰¤ 1.005Ã
 This also splits the overhead into Lightning's dispatch (paid by any callback
 with a per-step hook) and ckptdash's own check, which is then timed directly.
 
+``BENCH_STEP_LOGGER=csv`` (or ``tensorboard``) gives every fit that Lightning logger
+(logging every 50 steps, Lightning's default): ckptdash then also continues the logger's run
+(docs/loggers.md), which must add nothing per step.
+
 (c) ``Session.boundary()`` on its no-op path (the countdown not yet at zero),
 in ns per call, against an empty method of the same signature: the per-step
 cost of ``ckptdash.Monitor`` in a plain PyTorch loop.
@@ -22,6 +26,7 @@ cost of ``ckptdash.Monitor`` in a plain PyTorch loop.
 from __future__ import annotations
 
 import logging
+import os
 import tempfile
 import time
 import warnings
@@ -38,6 +43,20 @@ from ckptdash.train.session import Session
 
 BATCH = 32
 FEATURES = 32
+
+
+def _logger(tmp: str) -> Any:
+    """False (no logger), or the Lightning logger ``BENCH_STEP_LOGGER`` names."""
+    kind = os.environ.get("BENCH_STEP_LOGGER", "")
+    if kind == "csv":
+        from lightning.pytorch.loggers import CSVLogger
+
+        return CSVLogger(tmp)
+    if kind == "tensorboard":
+        from lightning.pytorch.loggers import TensorBoardLogger
+
+        return TensorBoardLogger(tmp)
+    return False
 
 
 class TinyModel(pl.LightningModule):
@@ -94,7 +113,7 @@ def _fit(steps: int, warmup: int, extra: str) -> float:
             callbacks=callbacks,
             default_root_dir=tmp,
             enable_progress_bar=False,
-            logger=False,
+            logger=_logger(tmp),
             enable_model_summary=False,
             enable_checkpointing=False,
             limit_val_batches=0,
@@ -184,7 +203,7 @@ def _fit_blocks(rounds: int, block: int, warmup: int) -> BlockToggler:
             callbacks=[ckptdash, toggler],  # ckptdash sets up its session; then turns begin
             default_root_dir=tmp,
             enable_progress_bar=False,
-            logger=False,
+            logger=_logger(tmp),
             enable_model_summary=False,
             enable_checkpointing=False,
             limit_val_batches=0,

@@ -28,7 +28,8 @@ from typing import Any
 from transformers import TrainerCallback
 
 from ckptdash.events import Trigger
-from ckptdash.train import submitit_job
+from ckptdash.rundir import RunDir
+from ckptdash.train import hf_loggers, submitit_job
 from ckptdash.train.config import TrainConfig
 from ckptdash.train.monitor import Monitor
 
@@ -58,6 +59,12 @@ class CkptDashCallback(TrainerCallback):
         self._known: set[Path] = set()
         self._output_dir: Path | None = None
         self._preempted = False
+        if self.config.continue_loggers:  # before the Trainer builds its reporting callbacks
+            hf_loggers.name_runs(RunDir(self.config.run_dir))
+
+    def on_init_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.config.continue_loggers and state.is_world_process_zero:
+            hf_loggers.purge_tensorboard(RunDir(self.config.run_dir), args)
 
     # --- attempt lifecycle ----------------------------------------------------------------
 
@@ -87,6 +94,8 @@ class CkptDashCallback(TrainerCallback):
                 monitor.session.record_resumed(
                     path, "given to train(resume_from_checkpoint=...)", step=step
                 )
+        if self.config.continue_loggers and state.is_world_process_zero:
+            hf_loggers.record_runs(monitor, args)  # the reporting callbacks began before us
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         monitor, self.monitor = self.monitor, None

@@ -39,6 +39,7 @@ REQUIRED: dict[str, dict[str, object]] = {
     "command_expired": {"command_id": "c1", "reason": "ttl"},
     "exception": {"error_type": "ValueError", "message": "bad"},
     "anomaly": {"metric": "loss", "value": None},
+    "logger_attached": {"logger": "wandb", "id": "ckptdash-3f2a91c0d4e1", "redone": "dropped"},
     "pulse": {},
     "alert_raised": {"alert": "hung", "since": 1_700_000_000.0},
     "alert_cleared": {"alert": "hung"},

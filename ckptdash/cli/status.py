@@ -28,6 +28,7 @@ from ckptdash.state.checkpoints import checkpoint_order
 from ckptdash.state.reading import load_state
 from ckptdash.state.records import SHOWN_STALE_AFTER_S, AttemptInfo, CheckpointInfo
 from ckptdash.terminal import one_line
+from ckptdash.train.loggers import describe as describe_logger
 
 
 def status_command(args: argparse.Namespace) -> int:
@@ -274,7 +275,8 @@ def _history(c: CheckpointInfo, fresh_since: int) -> bool:
 
 
 def _event_lines(state: RunState) -> list[str]:
-    """A line per signal, requeue, anomaly and command; then the count of unreadable lines."""
+    """A line per signal, requeue, anomaly, logger run and command; then the count of
+    unreadable lines."""
     lines = [
         f"signal  {s.signal} ({s.action}) attempt {s.attempt} rank {s.rank} step {_opt(s.step)}"
         for s in state.signals
@@ -287,6 +289,7 @@ def _event_lines(state: RunState) -> list[str]:
         lines.append(
             f"anomaly attempt {an.attempt} step {_opt(an.step)}: {an.reason} ({an.action}{pinned})"
         )
+    lines += [f"logger  {describe_logger(info)}" for _, info in sorted(state.loggers.items())]
     for c in sorted(state.commands.values(), key=lambda c: c.issued_at or 0):
         extra = c.detail or c.reason or c.error
         lines.append(

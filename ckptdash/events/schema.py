@@ -242,6 +242,27 @@ class AnomalyDetected(Event, frozen=True, tag="anomaly"):
     pinned: str | None = None
 
 
+# --- experiment loggers ------------------------------------------------------------------
+
+
+class LoggerAttached(Event, frozen=True, tag="logger_attached"):
+    """This attempt logs its curves into one run of an experiment logger (TensorBoard, W&B,
+    MLflow, CSV, ...): every attempt of the run into the same one. ``logger`` names the
+    logger (``tensorboard``, ``wandb``, ``mlflow``, ``csv``; a second of a kind gets ``#2``),
+    ``id`` its own run id or version, ``location`` where its curves are (a folder, a tracking
+    URI, a project). The envelope's ``step`` is the step this attempt continues from;
+    ``redone`` says what becomes of the steps after it that an earlier attempt logged:
+    ``replaced`` (the new values replace them), ``dropped`` (the logger cannot replace: the
+    new values are not logged up to the highest step logged before), or empty (nothing was
+    logged after it). ``named``: the user chose the id, ckptdash did not."""
+
+    logger: NonEmptyStr
+    id: str = ""
+    location: str = ""
+    redone: str = ""
+    named: bool = False
+
+
 # --- health (every rank's pulse; alerts and what was done about them) -----------------------
 
 
@@ -310,6 +331,7 @@ AnyEvent: TypeAlias = (
     | ControlFailed
     | ExceptionRaised
     | AnomalyDetected
+    | LoggerAttached
     | Pulse
     | AlertRaised
     | AlertCleared

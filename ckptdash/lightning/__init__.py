@@ -39,8 +39,10 @@ from ckptdash.lightning.frames import (
     in_spawn_launcher,
     under_lightning_interrupt_handling,
 )
+from ckptdash.lightning.loggers import TrainerLoggers, install_fit_hook
 from ckptdash.lightning.resume import hook_resume
 from ckptdash.lightning.signals import take_signals_over
+from ckptdash.rundir import RunDir
 from ckptdash.train import submitit_job
 from ckptdash.train.async_save import AsyncSaver
 from ckptdash.train.config import TrainConfig
@@ -84,6 +86,17 @@ _NOT_FOR_FABRIC: Final = (
 )
 
 
+def _before_fit(trainer: Any) -> None:
+    """A fit starts (before Lightning opens any logger): the first CkptDashCallback names the
+    Trainer's loggers after its run (docs/loggers.md)."""
+    for cb in getattr(trainer, "callbacks", []):
+        if isinstance(cb, CkptDashCallback):
+            if cb.config.continue_loggers:
+                cb._loggers = TrainerLoggers(trainer, RunDir(cb.config.run_dir))
+                cb._loggers.configure()
+            return
+
+
 class CkptDashCallback(pl.Callback):
     """Records checkpoints and signals of a Lightning run, handles preemption and requeue.
 
@@ -109,7 +122,10 @@ class CkptDashCallback(pl.Callback):
         self._forced_trigger: Trigger | None = None
         self._error: BaseException | None = None
         self._ticker: Ticker | None = None
+        self._loggers: TrainerLoggers | None = None
         _skip_unused_hooks(self)
+        if self.config.continue_loggers:
+            install_fit_hook(_before_fit)
 
     def __getstate__(self) -> dict[str, Any]:
         # ddp_spawn pickles the Trainer, callbacks included, for its workers: the one moment a
@@ -287,6 +303,9 @@ class CkptDashCallback(pl.Callback):
             if dirpath:
                 session.declare_checkpoint_dir(dirpath)
         take_signals_over(trainer, session)
+        if self._loggers is not None:  # the checkpoint is loaded: global_step is the resume step
+            loggers, self._loggers = self._loggers, None
+            loggers.attach(session, trainer.global_step)
         overridden = type(self).on_train_batch_end is not CkptDashCallback.on_train_batch_end
         if session.world_size == 1 and not overridden:
             # One process: check when a period has passed or a signal came, not at every step.

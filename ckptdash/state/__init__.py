@@ -53,6 +53,7 @@ from ckptdash.state.records import (
     CheckpointInfo,
     CommandInfo,
     ExceptionInfo,
+    LoggerInfo,
     MetricPoint,
     Progress,
     RankInfo,
@@ -107,6 +108,10 @@ class RunState:
         self.requeues: list[RequeueInfo] = []
         self.exceptions: list[ExceptionInfo] = []
         self.anomalies: list[AnomalyInfo] = []
+        self.loggers: dict[str, LoggerInfo] = {}
+        """The logger runs (TensorBoard, W&B, ...) this run's curves go to, by logger name:
+        each one's newest ``logger_attached``."""
+        self._logger_keys: dict[str, Key] = {}
         self.commands: dict[str, CommandInfo] = {}
         self.progress: Progress | None = None
         self.bad_lines = BadLines()
@@ -234,6 +239,7 @@ class RunState:
             "requeues": [asdict(x) for x in self.requeues],
             "exceptions": [asdict(x) for x in self.exceptions],
             "anomalies": [asdict(x) for x in self.anomalies],
+            "loggers": {n: asdict(self.loggers[n]) for n in sorted(self.loggers)},
             "commands": {i: asdict(self.commands[i]) for i in sorted(self.commands)},
             "ranks": {
                 str(n): [asdict(r) for r in self.rank_info(n)] for n in sorted(self.attempts)
@@ -391,6 +397,15 @@ class RunState:
         self.anomalies.append(inc_.anomaly_info(ev))
         self._lists_dirty = True
 
+    def _on_logger_attached(self, ev: ev_.LoggerAttached, k: Key) -> None:
+        known = self._logger_keys.get(ev.logger)
+        if known is not None and known > k:
+            return
+        self._logger_keys[ev.logger] = k
+        self.loggers[ev.logger] = LoggerInfo(
+            ev.logger, ev.id, ev.location, ev.attempt, ev.step, ev.redone, ev.named, ev.t
+        )
+
     def _on_command_received(self, ev: ev_.CommandReceived, k: Key) -> None:
         self._command(ev.command_id).on_received(ev, k)
 
@@ -477,4 +492,5 @@ _HANDLERS: Final[dict[str, Any]] = {
     **{kind: RunState._on_command_outcome for kind in cmd_.COMMAND_OUTCOMES},
     "exception": RunState._on_exception,
     "anomaly": RunState._on_anomaly,
+    "logger_attached": RunState._on_logger_attached,
 }

@@ -253,6 +253,20 @@ class AnomalyInfo:
 
 
 @dataclass
+class LoggerInfo:
+    """The experiment-logger run the curves of this run go to (its newest ``logger_attached``)."""
+
+    logger: str
+    id: str
+    location: str
+    attempt: int
+    step: int | None
+    redone: str
+    named: bool
+    t: float
+
+
+@dataclass
 class RankInfo:
     """One rank of one attempt, from its pulses (and its other events).
 

@@ -116,6 +116,12 @@ class TrainConfig:
     False: buffered writes, for a filesystem where direct writes are slow (some NFS
     servers commit each one). Synchronous saves always write buffered."""
 
+    continue_loggers: bool = True
+    """Every attempt logs into the same run of each experiment logger (TensorBoard, W&B,
+    MLflow, CSV), its redone steps replaced or dropped (docs/loggers.md). Lightning: the
+    Trainer's loggers are set up for it; elsewhere through ``Monitor.loggers``. False: leave
+    the loggers alone."""
+
     @classmethod
     def given(
         cls,

@@ -32,6 +32,7 @@ from ckptdash.train.async_save import AsyncSaver, SaveHandle
 from ckptdash.train.config import TrainConfig
 from ckptdash.train.decision import Decision
 from ckptdash.train.excepthook import ExceptHook
+from ckptdash.train.logger_runs import LoggerRuns
 from ckptdash.train.misfit import MISFIT_ERRORS, misfit_message
 from ckptdash.train.saving import META_KEY, durable_existing, record_save, save_atomic
 from ckptdash.train.scheduler import Scheduler
@@ -76,6 +77,8 @@ class Monitor:
         self._first_step = True
         self._loaded: str | None = None  # what load() returned, until the first step after it
         self._excepthook = ExceptHook(self._uncaught).install()
+        self.loggers = LoggerRuns(self.session, lambda: self.resume_step)
+        """The same TensorBoard / W&B / MLflow run in every attempt (docs/loggers.md)."""
 
     # --- resume ------------------------------------------------------------------------------
 
@@ -106,6 +109,12 @@ class Monitor:
             self._resume_recorded = True
             self.session.record_resumed(choice.path, choice.reason, step=choice.step)
         return choice.path
+
+    @property
+    def resume_step(self) -> int | None:
+        """The step of the checkpoint this attempt resumes from (None: a fresh start)."""
+        choice = self.resume_choice
+        return choice.step if choice.path is not None else None
 
     def load(self, map_location: Any = "cpu", weights_only: bool = True) -> Any:
         """Load the checkpoint the resume rule chose and record it; None on a fresh start.

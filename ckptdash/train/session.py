@@ -136,6 +136,9 @@ class Session:
         self._closed = False
         self._pulser: Pulser | None = None
         self._declared: set[str] = set()
+        self.earlier_step: int | None = None
+        """The highest step an earlier attempt of the run was seen at (rank 0, from start on):
+        what an append-only logger may already hold beyond this attempt's resume point."""
 
     # --- identity ------------------------------------------------------------------------
 
@@ -214,6 +217,14 @@ class Session:
                 for cid, c in run_guard.view.state.commands.items()
                 if c.received_at is not None or c.resolved_at is not None or c.location == "claimed"
             }
+            self.earlier_step = max(
+                (
+                    a.step
+                    for a in run_guard.view.state.attempts.values()
+                    if a.attempt < self.attempt and a.step is not None
+                ),
+                default=None,
+            )
             # Orphaned commands, interrupted saves.
             recover(
                 self.run,

@@ -387,3 +387,21 @@ def test_a_locked_page_shows_why_and_its_actions_write_nothing(
         assert not settings.requeue_suspended and settings.resume_pin is None
     finally:
         d.close()
+
+
+def test_header_names_the_logger_runs_of_the_run(
+    make_run: Callable[..., Path], hub: WatcherHub, wait_until: WaitUntil
+) -> None:
+    """A run whose attempts logged into a TensorBoard folder and a W&B run says so in the
+    header, one line each: which logger, which id, where, and what the last attempt redid."""
+    tb = ev(events.LoggerAttached, 0.6, logger="tensorboard", id="ckptdash-r1", location="/tb/x")
+    wb = ev(events.LoggerAttached, 0.7, logger="wandb", id="ckptdash-r1", redone="dropped")
+    root = make_run(evs=[*preempted_run(), tb, wb])
+    d = Dashboard(root, options=DashOptions(watch="inotify"), hub=hub)
+    try:
+        wait_until(lambda: "curves:" in d.header._pane.object, what="the logger lines")
+        html = d.header._pane.object
+        assert "curves: tensorboard ckptdash-r1 in /tb/x" in html
+        assert "curves: wandb ckptdash-r1" in html and "later steps dropped" in html
+    finally:
+        d.close()

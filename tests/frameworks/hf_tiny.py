@@ -65,13 +65,13 @@ def trainer(
 ) -> Trainer:
     """A Trainer for ``steps`` steps of the tiny BERT on CPU, logging every step."""
     args.setdefault("logging_steps", 1)
+    args.setdefault("report_to", [])
     targs = TrainingArguments(
         output_dir=str(out_dir),
         max_steps=steps,
         per_device_train_batch_size=4,
         save_strategy="steps",
         save_steps=save_steps,
-        report_to=[],
         use_cpu=True,
         disable_tqdm=True,
         dataloader_num_workers=0,

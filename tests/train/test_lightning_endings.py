@@ -143,7 +143,12 @@ def test_ckpt_path_last_that_lightning_does_not_find_loads_nothing(tmp_path: Pat
         return L.Trainer(
             default_root_dir=run,
             max_steps=steps,
-            callbacks=[callback(run), ModelCheckpoint(every_n_train_steps=4, save_last=True)],
+            # A new version folder per attempt, as Lightning makes them when ckptdash leaves the
+            # loggers alone (continuing them would put every attempt in one folder).
+            callbacks=[
+                callback(run, continue_loggers=False),
+                ModelCheckpoint(every_n_train_steps=4, save_last=True),
+            ],
             logger=CSVLogger(run, name="logs"),  # checkpoints under logs/version_N/checkpoints
             enable_progress_bar=False,
             enable_model_summary=False,

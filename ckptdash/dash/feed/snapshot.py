@@ -30,6 +30,7 @@ from ckptdash.state.records import (
     CheckpointInfo,
     CommandInfo,
     ExceptionInfo,
+    LoggerInfo,
     MetricPoint,
     Progress,
     RequeueInfo,
@@ -102,6 +103,8 @@ class RunSnapshot:
     metrics: Mapping[int, Sequence[MetricPoint]] = field(default_factory=dict, repr=False)
     """Per attempt, thinned rank-0 heartbeats with their metrics, by step (the metrics plot)."""
     anomalies: tuple[AnomalyInfo, ...] = ()
+    loggers: tuple[LoggerInfo, ...] = ()
+    """The experiment-logger runs the curves go to (TensorBoard, W&B, ...), by logger name."""
     health: Facts | None = field(default=None, repr=False, compare=False)
     """What the health detectors read (:func:`ckptdash.analysis.health.detect` runs on it as the
     clock
@@ -211,6 +214,7 @@ class SnapshotBuilder:
             times=state.attempt_times(),
             metrics=metrics,
             anomalies=tuple(state.anomalies),
+            loggers=tuple(state.loggers[n] for n in sorted(state.loggers)),
             health=facts,
         )
         self.last = snap

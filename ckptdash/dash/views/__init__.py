@@ -24,6 +24,7 @@ from ckptdash.dash.views import text
 from ckptdash.dash.views.frames import NUMBER, TEXT, typed_frame
 from ckptdash.dash.views.text import esc
 from ckptdash.dash.views.widgets import HtmlPane, HtmlView, ReadOnlyTabulator
+from ckptdash.train.loggers import describe as describe_logger
 
 STATUS_COLORS: Final = {
     "waiting": "#6c757d",
@@ -115,6 +116,11 @@ def render_header(model: DashModel) -> str:
         resume = (
             f"<div style='margin-top:6px'>next attempt resumes from {target}{pinned}"
             f" <span class='muted'>— {esc(choice.reason)}</span></div>"
+        )
+    if snap.loggers:  # which TensorBoard folder / W&B run / ... holds this run's curves
+        resume += "".join(
+            f"<div class='muted' style='margin-top:2px'>curves: {esc(describe_logger(info))}</div>"
+            for info in snap.loggers
         )
     bad = sum(snap.bad_lines.values())
     tail = f"{fmt.number(snap.events_total)} events"

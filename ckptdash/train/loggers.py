@@ -1,0 +1,164 @@
+"""One run, not one per attempt, in the experiment loggers people read their curves in.
+
+A preempted and requeued job is one experiment, but TensorBoard, W&B, MLflow and a CSV file
+each see a new run per attempt unless told otherwise, and the steps an attempt redoes after
+its resume point appear twice. ckptdash knows the two facts every logger needs:
+
+* the run's stable identity (``run_id`` in ``run.json``), from which each logger's version
+  or run id is derived (:func:`derived_id`): the same in every attempt;
+* the step the attempt resumes from: the steps after it are replaced (TensorBoard's
+  ``purge_step``, a CSV file rewritten) or, where a logger cannot replace, not logged again
+  up to the highest step logged before (:class:`DropUntil`).
+
+Which logger run belongs to the run is recorded as a ``logger_attached`` event (shown by
+``ckptdash status`` and the dashboard); an id ckptdash cannot choose (an MLflow run id is
+made by its tracking store) is read back from there by the next attempt
+(:func:`recorded_loggers`). Nothing here runs per step. See ``docs/loggers.md``.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Final
+
+from ckptdash.events import LoggerAttached, decode_lines
+from ckptdash.rundir import RunDir, atomic_write
+from ckptdash.state.records import LoggerInfo
+
+ID_PREFIX: Final = "ckptdash-"
+"""Derived versions and run ids read ``ckptdash-<run id>``: whose they are shows in any list."""
+
+REPLACED: Final = "replaced"
+DROPPED: Final = "dropped"
+
+_KIND_MARK: Final = b'"kind":"logger_attached"'
+
+
+def derived_id(run_id: str) -> str:
+    """The version / run id every attempt of run ``run_id`` logs under (letters, digits, ``-``:
+    valid for TensorBoard and CSV folders, W&B run ids and MLflow run names)."""
+    safe = "".join(c if c.isalnum() or c in "-_" else "-" for c in run_id)
+    return f"{ID_PREFIX}{safe}"
+
+
+def purge_step(resume_step: int | None) -> int:
+    """The first step whose earlier values the attempt logs again, for a loop that logs a
+    step's values under that step's number and saves after logging them: the one after the
+    resume point, or 0 on a fresh start (every step is run again). (Lightning logs a batch's
+    values under the ``global_step`` it started at: there it is the resume step itself.)"""
+    return 0 if not resume_step else resume_step + 1
+
+
+def recorded_loggers(run: RunDir) -> dict[str, LoggerAttached]:
+    """The newest ``logger_attached`` of each logger name in the run's event files.
+
+    Read before an attempt's session starts (a logger's run must be chosen before its
+    framework opens it), so only lines of that kind are decoded; a record of another run
+    (``run`` not this run's id) or an unreadable line is skipped, as every reader does.
+    """
+    run_id = run.info().run_id
+    newest: dict[str, LoggerAttached] = {}
+    for path in run.event_files():
+        try:
+            data = path.read_bytes()
+        except OSError:
+            continue
+        if _KIND_MARK not in data:
+            continue
+        end = data.rfind(b"\n") + 1  # a last line without its newline is not parsed
+        lines = b"\n".join(line for line in data[:end].split(b"\n") if _KIND_MARK in line)
+        for ev in decode_lines(lines + b"\n", str(path)):
+            if not isinstance(ev, LoggerAttached) or ev.run != run_id:
+                continue
+            known = newest.get(ev.logger)
+            if known is None or (ev.t, ev.attempt) >= (known.t, known.attempt):
+                newest[ev.logger] = ev
+    return newest
+
+
+def describe(info: LoggerInfo) -> str:
+    """One line for ``ckptdash status`` and the dashboard: which logger run, where."""
+    where = f" in {info.location}" if info.location else ""
+    named = " (named by the user)" if info.named else ""
+    since = "" if info.step is None else f", attempt {info.attempt} from step {info.step}"
+    redone = f", later steps {info.redone}" if info.redone else ""
+    return f"{info.logger} {info.id or '?'}{where}{named}{since}{redone}"
+
+
+def clash_line(logger: str, given: str, recorded: str) -> str:
+    """What a user who named a logger's id is told when the run logged under another one."""
+    return (
+        f"ckptdash: {logger} logs into {given!r} as you set it; earlier attempts of this run"
+        f" logged into {recorded!r} (leave the id unset to continue that one)"
+    )
+
+
+# --- dropping what a logger cannot replace -----------------------------------------------------
+
+
+class DropUntil:
+    """Wrap a logger's ``log_metrics(metrics, step)`` so steps up to ``last_step`` are dropped.
+
+    A logger that can only append (W&B's history, MLflow's metric history) would show the
+    steps an attempt redoes after its resume point twice. The earlier values stay; the
+    attempt's values for those steps are not sent. Once a step beyond ``last_step`` is
+    logged the wrapper takes itself off (``restore``): no cost for the rest of training.
+    """
+
+    def __init__(self, owner: Any, last_step: int, attr: str = "log_metrics") -> None:
+        self.owner, self.last_step, self.attr = owner, last_step, attr
+        self.original: Callable[..., Any] = getattr(owner, attr)
+        self.dropped = 0
+        setattr(owner, attr, self)
+
+    def __call__(self, metrics: Mapping[str, Any], step: int | None = None, **kw: Any) -> Any:
+        if step is not None and step <= self.last_step:
+            self.dropped += 1
+            return None
+        self.restore()
+        return self.original(metrics, step, **kw)
+
+    def restore(self) -> None:
+        if self.owner.__dict__.get(self.attr) is self:
+            del self.owner.__dict__[self.attr]
+
+
+# --- CSV ------------------------------------------------------------------------------------------
+
+
+def truncate_csv(
+    path: str | os.PathLike[str],
+    first_redone: int,
+    *,
+    target: str | os.PathLike[str] | None = None,
+) -> list[str] | None:
+    """Rewrite the metrics CSV at ``path`` (into ``target``, default ``path`` itself) keeping
+    only the rows of steps before ``first_redone`` (the attempt logs those after again),
+    atomically; returns its header, or None when there is no file. A row whose step cannot
+    be read is kept."""
+    source = Path(path)
+    try:
+        with source.open(newline="") as f:
+            text = f.read()
+    except FileNotFoundError:
+        return None
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    header = list(reader.fieldnames or [])
+    kept = [row for row in reader if _step_of(row) < first_redone]
+    out = io.StringIO(newline="")
+    writer = csv.DictWriter(out, fieldnames=header)
+    writer.writeheader()
+    writer.writerows(kept)
+    atomic_write(source if target is None else Path(target), out.getvalue().encode())
+    return header
+
+
+def _step_of(row: Mapping[str, str | None]) -> float:
+    try:
+        return float(row.get("step") or "-inf")
+    except ValueError:
+        return float("-inf")

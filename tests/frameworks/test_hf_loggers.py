@@ -1,0 +1,99 @@
+# ruff: noqa: E402  (the tier is skipped, or failed in CI, before transformers is imported)
+"""The HF Trainer's ``report_to`` loggers continue one run across a crash and a resume: real
+TensorBoard, W&B (offline) and MLflow (a local file store)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.frameworks.requires import require
+
+require("transformers")
+event_accumulator = pytest.importorskip(
+    "tensorboard.backend.event_processing.event_accumulator",
+    reason="install the test extra (tensorboard, wandb, mlflow): make test",
+)
+wandb = pytest.importorskip("wandb", reason="install the test extra: make test")
+mlflow = pytest.importorskip("mlflow", reason="install the test extra: make test")
+
+from transformers import TrainerCallback
+
+import ckptdash
+from ckptdash.hf import CkptDashCallback
+from ckptdash.rundir import RunDir
+from ckptdash.state.reading import load_state
+from tests.frameworks.hf_tiny import trainer
+
+pytestmark = pytest.mark.integration
+
+FAST = {"agree_interval_s": 1e-4, "poll_interval_s": 1e-4}
+
+
+class Crash(RuntimeError):
+    pass
+
+
+class CrashAt(TrainerCallback):
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if state.global_step == self.step:
+            raise Crash(f"boom at {self.step}")
+
+
+@pytest.fixture
+def offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wandb-home"))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("WANDB_PROJECT", "exp")
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3 asks for an opt-in
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"file:{tmp_path / 'mlruns'}")
+    for name in ("WANDB_RUN_ID", "WANDB_RESUME", "MLFLOW_RUN_ID", "TENSORBOARD_LOGGING_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)  # whatever a logger writes next to it stays in the test's folder
+
+
+def test_report_to_loggers_continue_one_run_across_a_crash(tmp_path: Path, offline: None) -> None:
+    """Saved at step 5, crashed at 8, resumed from checkpoint-5 to 12: TensorBoard (in the run
+    directory's tensorboard/ckptdash-<id>) shows each step once, MLflow has one run, W&B one
+    run id; the run records the three."""
+    run, out = tmp_path / "run", tmp_path / "out"
+    report = {"report_to": ["tensorboard", "wandb", "mlflow"], "save_steps": 5}
+    first = CkptDashCallback(run, **FAST)
+    t = trainer(out, steps=12, callbacks=[first, CrashAt(8)], **report)
+    with pytest.raises(Crash):
+        t.train()
+    first.record_failure(Crash())
+    mlflow.end_run()  # what the end of a crashed process does (at exit)
+    wandb.finish()
+    second = CkptDashCallback(run, **FAST)
+    t = trainer(out, steps=12, callbacks=[second], **report)
+    t.train(resume_from_checkpoint=ckptdash.resume_path(run))
+    assert t.state.global_step == 12
+
+    derived = f"ckptdash-{RunDir(run).info().run_id}"
+    folder = run / "tensorboard" / derived
+    acc = event_accumulator.EventAccumulator(str(folder))
+    acc.Reload()
+    steps = [e.step for e in acc.Scalars("train/loss")]
+    assert steps == list(range(1, 13)), steps
+
+    client = mlflow.MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
+    exp_ids = [e.experiment_id for e in client.search_experiments()]
+    (ml_run,) = client.search_runs(exp_ids)
+    offline_runs = sorted((tmp_path / "wandb-home" / "wandb").glob("offline-run-*"))
+    assert len(offline_runs) == 2 and all(p.name.endswith(derived) for p in offline_runs)
+
+    state = load_state(run)
+    assert {n: i.id for n, i in state.loggers.items()} == {
+        "tensorboard": derived,
+        "wandb": derived,
+        "mlflow": ml_run.info.run_id,
+    }
+    assert state.loggers["tensorboard"].redone == "replaced"
