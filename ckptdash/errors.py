@@ -8,6 +8,7 @@
     │       └── UnreadableControlFile  it could not be read (permissions); may work later
     ├── CheckpointChoiceError  the checkpoint the user asked to resume from is not valid
     ├── AtomicWriteError       an atomic write could not complete (the old file is intact)
+    ├── NotARegularFile        a run-directory file is a link, FIFO, device or folder, or too big
     ├── EventWriteError        an event could not be appended (disk full, permissions, I/O)
     ├── SaveError              a save through Monitor.saving() was not published
     ├── ConfigError            a TrainConfig value is wrong
@@ -55,6 +56,13 @@ class CheckpointChoiceError(CkptDashError, ValueError):
 
 class AtomicWriteError(CkptDashError, OSError):
     """An atomic write failed; the previous file of that name is untouched."""
+
+
+class NotARegularFile(CkptDashError, OSError):
+    """A file read from a run directory is refused unread: a symbolic link where the file is
+    the run's own, a FIFO, a device, a socket, a directory, or larger than it may be
+    (:mod:`ckptdash.safe_read`). An ``OSError``, so it is reported wherever an unreadable file is:
+    ``strerror`` says which of these it is, ``filename`` names it."""
 
 
 class EventWriteError(CkptDashError, OSError):

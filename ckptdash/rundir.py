@@ -33,7 +33,9 @@ import msgspec
 
 from ckptdash.direct_io import DirectFile
 from ckptdash.errors import AtomicWriteError, RunDirError
+from ckptdash.format_fields import DECODE_ERRORS
 from ckptdash.hashing import HashingWriter
+from ckptdash.safe_read import read_capped
 
 RUN_FILE: Final = "run.json"
 EVENTS_DIR: Final = "events"
@@ -241,10 +243,17 @@ class RunDir:
     def info(self) -> RunInfo:
         """The run identity from ``run.json``; a run without one is named after its folder."""
         try:
-            return msgspec.json.decode(self.run_file.read_bytes(), type=RunInfo)
+            # Never through a link, never a FIFO or a device, never more than a small file:
+            # whoever writes the run directory could otherwise hang or flood every reader.
+            return msgspec.json.decode(read_capped(self.run_file), type=RunInfo)
         except FileNotFoundError:
             return RunInfo(run_id=self.root.name, created_at=0.0)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        except OSError as exc:
+            raise RunDirError(
+                f"{self.run_file}: cannot read the run file ({exc.strerror}); replace it with a"
+                " regular file (or delete it: ckptdash then names the run after its folder)"
+            ) from None
+        except DECODE_ERRORS as exc:
             raise RunDirError(
                 f"{self.run_file}: unreadable run file ({exc}); delete it and ckptdash will"
                 " name the run after its folder"
