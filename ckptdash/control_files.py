@@ -21,7 +21,7 @@ from ckptdash.errors import (
     UnreadableControlFile,
 )
 from ckptdash.rundir import RunDir
-from ckptdash.safe_read import read_capped
+from ckptdash.safe_read import read_capped_stat
 
 MAX_CONTROL_FILE_BYTES: Final = 64 * 1024
 """A command or settings file larger than this is malformed; it is rejected without being read."""
@@ -39,8 +39,15 @@ def read_small(
     hang the training loop, checked to be a regular file, and never read past the limit
     however big it is. ``dir_fd``: ``path`` is a name in that (held) folder.
     """
+    return read_small_stat(path, fix, follow_symlinks=follow_symlinks, dir_fd=dir_fd)[0]
+
+
+def read_small_stat(
+    path: Path, fix: str, *, follow_symlinks: bool = False, dir_fd: int | None = None
+) -> tuple[bytes, os.stat_result]:
+    """:func:`read_small`, and the ``fstat`` of the very file read (its owner, its mode)."""
     try:
-        return read_capped(
+        return read_capped_stat(
             path.name if dir_fd is not None else path,
             MAX_CONTROL_FILE_BYTES,
             follow_symlinks=follow_symlinks,

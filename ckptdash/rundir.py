@@ -32,10 +32,10 @@ from typing import IO, Final
 import msgspec
 
 from ckptdash.direct_io import DirectFile
-from ckptdash.errors import AtomicWriteError, RunDirError
+from ckptdash.errors import AtomicWriteError, NotARegularFile, RunDirError
 from ckptdash.format_fields import DECODE_ERRORS
 from ckptdash.hashing import HashingWriter
-from ckptdash.safe_read import read_capped
+from ckptdash.safe_read import O_DIRECTORY, open_dir, read_capped
 
 RUN_FILE: Final = "run.json"
 EVENTS_DIR: Final = "events"
@@ -234,11 +234,30 @@ class RunDir:
 
     def ensure(self) -> RunInfo:
         """Create the layout if missing and return the run's identity (stable across attempts)."""
-        for sub in (self.events, self.inbox, self.claimed, self.done, self.checkpoints):
+        for sub in (self.events, self.checkpoints):
             sub.mkdir(parents=True, exist_ok=True)
+        self._ensure_control()
         info = RunInfo(run_id=secrets.token_hex(6), created_at=time.time())
         create_exclusive(self.run_file, msgspec.json.encode(info) + b"\n")
         return self.info()
+
+    def _ensure_control(self) -> None:
+        """Create control/ and its folders, each relative to the one above and never through a
+        link: a control/ that someone swapped for a link to the owner's home must not get
+        inbox/, claimed/ and done/ made there (the claimer then refuses the link, saying why)."""
+        root = os.open(self.root, os.O_RDONLY | O_DIRECTORY)
+        try:
+            control = open_dir(CONTROL_DIR, dir_fd=root, create=True)
+        except NotARegularFile:
+            return
+        finally:
+            os.close(root)
+        try:
+            for name in (INBOX_DIR, CLAIMED_DIR, DONE_DIR):
+                with contextlib.suppress(NotARegularFile):
+                    os.close(open_dir(name.rsplit("/", 1)[1], dir_fd=control, create=True))
+        finally:
+            os.close(control)
 
     def info(self) -> RunInfo:
         """The run identity from ``run.json``; a run without one is named after its folder."""

@@ -98,6 +98,17 @@ def read_capped(
     Raises what :func:`open_regular` raises, and :class:`NotARegularFile` (``EFBIG``) for a
     file over the cap, which is never read past it.
     """
+    return read_capped_stat(path, limit, follow_symlinks=follow_symlinks, dir_fd=dir_fd)[0]
+
+
+def read_capped_stat(
+    path: str | os.PathLike[str],
+    limit: int = SMALL_FILE_BYTES,
+    *,
+    follow_symlinks: bool = False,
+    dir_fd: int | None = None,
+) -> tuple[bytes, os.stat_result]:
+    """:func:`read_capped`, and the ``fstat`` of the very file read (its owner, its mode)."""
     fd, st = open_regular(path, follow_symlinks=follow_symlinks, dir_fd=dir_fd)
     with os.fdopen(fd, "rb") as f:
         if st.st_size > limit:
@@ -107,7 +118,7 @@ def read_capped(
         data = f.read(limit + 1)
     if len(data) > limit:  # it grew after fstat
         raise NotARegularFile(errno.EFBIG, f"more than the {limit} bytes it may hold", str(path))
-    return data
+    return data, st
 
 
 def open_dir(name: str, *, dir_fd: int | None = None, create: bool = False) -> int:
