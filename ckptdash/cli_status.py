@@ -288,8 +288,8 @@ def _event_lines(state: RunState) -> list[str]:
     for c in sorted(state.commands.values(), key=lambda c: c.issued_at or 0):
         extra = c.detail or c.reason or c.error
         lines.append(
-            f"command {c.command or '?'} {c.id} by {_who(c.author, c.host)}: {c.status}"
-            + (f" ({extra})" if extra else "")
+            f"command {c.command or '?'} {c.id} by {_who(c.author, c.host)}{c.spoof_note}:"
+            f" {c.status}" + (f" ({extra})" if extra else "")
         )
     bad = sum(state.bad_lines.counts.values())
     if bad:

@@ -10,7 +10,7 @@ from typing import Any
 
 from ckptdash import control, health
 from ckptdash.alerting import ACTIONS, Watch, Webhook, parse_rules, thresholds_for
-from ckptdash.errors import CkptDashError
+from ckptdash.errors import CkptDashError, MalformedControlFile
 from ckptdash.health import Thresholds, parse_assignments
 from ckptdash.resume import load_state
 from ckptdash.rundir import RunDir, find_runs
@@ -42,8 +42,17 @@ def overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def alerts_of(run: RunDir, state: RunState, args: argparse.Namespace) -> list[dict[str, Any]]:
-    """The alerts that hold for ``state`` now, as ``status --json`` lists them."""
-    return [a.to_dict() for a in health.detect(state, thresholds_for(run, overrides(args)))]
+    """The alerts that hold for ``state`` now, as ``status --json`` lists them.
+
+    A run whose settings cannot be read (a colleague's 0600 file) is checked against the
+    default thresholds, said once on stderr: it never fails the status of the others."""
+    given = overrides(args)
+    try:
+        th = thresholds_for(run, given)
+    except MalformedControlFile as exc:
+        print(one_line(f"ckptdash: {exc}; alerts use the default thresholds"), file=sys.stderr)
+        th = Thresholds().updated(given, where="command line:")
+    return [a.to_dict() for a in health.detect(state, th)]
 
 
 def add_commands(sub: Any) -> None:

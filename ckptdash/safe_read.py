@@ -134,8 +134,13 @@ def open_dir(name: str, *, dir_fd: int | None = None, create: bool = False) -> i
     try:
         return os.open(name, os.O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC, dir_fd=dir_fd)
     except OSError as exc:
-        if exc.errno == errno.ELOOP:
+        if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+            raise
+        # Linux answers ENOTDIR for a link with O_DIRECTORY | O_NOFOLLOW: say which it is.
+        try:
+            link = stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+        except OSError:
+            link = exc.errno == errno.ELOOP
+        if link:
             raise NotARegularFile(errno.ELOOP, "a symbolic link, not followed", name) from None
-        if exc.errno == errno.ENOTDIR:
-            raise NotARegularFile(errno.ENOTDIR, "not a folder", name) from None
-        raise
+        raise NotARegularFile(errno.ENOTDIR, "not a folder", name) from None

@@ -70,7 +70,9 @@ def read_settings(run_dir: PathArg) -> Settings:
             data = read_small(path, _HOW_TO_FIX_SETTINGS, follow_symlinks=False, dir_fd=control)
     except FileNotFoundError:
         return Settings()
-    except ControlError as exc:
+    except MalformedControlFile:
+        raise
+    except ControlError as exc:  # control/ itself is a link
         raise MalformedControlFile(f"{exc}. {_HOW_TO_FIX_SETTINGS}") from None
     except OSError as exc:
         raise UnreadableControlFile(
