@@ -102,11 +102,12 @@ def _tree(folder: Path) -> dict[str, bytes]:
 
 
 def _train(runs: Path, names: tuple[str, ...], steps: int) -> dict[str, Any]:
+    """One attempt of each run, in one process as the owner: what it printed per run that it
+    came through, and under ``""`` the process's exit status and stderr."""
     argv = [sys.executable, "-m", "tests.security.group_child", str(steps)]
     proc = as_user(owner, [*argv, *(str(runs / n) for n in names)], timeout=180)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
-    return {Path(d["run"]).name: d for d in lines}
+    return {"": (proc.returncode, proc.stderr[-4000:]), **{Path(d["run"]).name: d for d in lines}}
 
 
 @pytest.fixture(scope="module")
@@ -134,7 +135,8 @@ def scene() -> Iterator[Scene]:
             os.chmod(folder, 0o2775)  # the group project folder
         private = _tree(home / "private")
 
-        _train(runs, RUNS_TRAINED + SIBLINGS, steps=2)  # attempt 0 of every run
+        first = _train(runs, RUNS_TRAINED + SIBLINGS, steps=2)  # attempt 0 of every run
+        assert first[""][0] == 0, first[""]
         planted = python_as(peer, PLANT, str(runs), str(home))
         assert planted.returncode == 0, planted.stderr[-3000:]
         signed, deep_inbox, deep_claimed = planted.stdout.split()
@@ -174,6 +176,7 @@ def test_an_inbox_linked_to_a_private_folder_is_refused_and_left_untouched(
 ) -> None:
     """control/inbox pointed at a private folder of the owner's: nothing in it is claimed or
     moved (files, sub-folders, even a command-shaped name); the refusal is an event."""
+    assert "inbox_link" in scene.second, scene.second[""]
     assert _tree(scene.home / "private") == scene.private
     failures = _failures(scene.runs / "inbox_link")
     assert any("control/inbox" in r and "symbolic link" in r for r in failures), failures
@@ -183,6 +186,7 @@ def test_a_control_folder_another_account_made_is_refused(scene: Scene) -> None:
     """control/claimed replaced by a folder the colleague owns: the job refuses to move
     commands through it, naming the folder and its owner; the command waits in the inbox."""
     run = scene.runs / "peer_claimed"
+    assert "peer_claimed" in scene.second, scene.second[""]
     failures = _failures(run)
     assert any(f"owned by {PEER}" in r for r in failures), failures
     assert len(os.listdir(run / "control" / "inbox")) == 1
@@ -220,6 +224,7 @@ def test_deep_nesting_and_huge_attempt_numbers_never_kill_a_start(scene: Scene) 
     nested 5,000 deep, an event file named for attempt 2^63-1: the next attempt starts as
     attempt 1, rejects both commands saying why, and counts the line as corrupt."""
     run = scene.runs / "deep"
+    assert scene.second[""][0] == 0, scene.second[""]
     assert scene.second["deep"]["attempt"] == 1
     rejected = {e.command_id for e in _events(run) if e.KIND == "command_rejected"}
     assert {scene.deep_inbox, scene.deep_claimed} <= rejected
