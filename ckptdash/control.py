@@ -48,20 +48,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from ckptdash.control_dirs import InboxScan, fsync_fd, job_folder, regular_files, user_name
+from ckptdash.control_dirs import (
+    InboxScan,
+    control_fd,
+    fsync_fd,
+    job_folder,
+    regular_files,
+    user_name,
+)
 from ckptdash.control_files import (
     FILE_MODE,
     MAX_CONTROL_FILE_BYTES,
     PathArg,
     default_author,
     existing_run,
-    make_dirs,
     read_small,
     read_small_stat,
     run_of,
     user_at_host,
 )
-from ckptdash.errors import ControlError, MalformedControlFile
+from ckptdash.errors import ControlError, MalformedControlFile, NotARegularFile
 from ckptdash.events import (
     COMMAND_TYPES,
     COMMANDS,
@@ -70,6 +76,7 @@ from ckptdash.events import (
     encode_command,
 )
 from ckptdash.rundir import RunDir, create_exclusive, is_temp_file
+from ckptdash.safe_read import open_dir
 from ckptdash.settings import SETTINGS_LOCK, UNSET, read_settings, update_settings
 
 # The settings and the files' limits live in their own modules; this one is the channel's
@@ -189,7 +196,7 @@ def issue(
         t = ns / 1e9
     else:
         ns, t = round(now * 1e9), now
-    make_dirs(rd.inbox)
+    _check_inbox(rd)
     for _ in range(3):  # a collision needs the same nanosecond *and* 32 random bits
         cmd = cls(
             id=f"{ns:020d}-{secrets.token_hex(4)}",
@@ -260,6 +267,24 @@ def claim(
             os.close(claimed)
     finally:
         os.close(inbox)
+
+
+def _check_inbox(rd: RunDir) -> None:
+    """Make sure control/inbox exists and neither it nor control/ is a symbolic link: a click
+    must not drop a command file into a folder someone pointed elsewhere."""
+    try:
+        with control_fd(rd, create=True) as control_dir:
+            os.close(open_dir("inbox", dir_fd=control_dir, create=True))
+    except NotARegularFile as exc:
+        raise ControlError(
+            f"{rd.inbox}: {exc.strerror}; refusing to put a command there. Remove it: the job"
+            " recreates the folder"
+        ) from None
+    except OSError as exc:
+        raise ControlError(
+            f"{rd.inbox}: cannot create the folder ({exc.strerror}); check the run directory's"
+            " permissions"
+        ) from None
 
 
 def _claim_one(

@@ -24,6 +24,7 @@ from ckptdash.dash.watch import RunWatcher
 from ckptdash.errors import ControlError, MalformedControlFile, RunDirError
 from ckptdash.events import BadLine, decode_command, decode_line
 from ckptdash.manifest import MANIFEST_NAME
+from ckptdash.resume import load_state
 from ckptdash.rundir import RunDir
 from ckptdash.train.attempts import attempt_number
 from ckptdash.train.scheduler import Scheduler
@@ -215,3 +216,24 @@ def test_status_shows_a_spoofed_author(tmp_path: Path, capsys: pytest.CaptureFix
         if '"command_received"' in raw
     ]
     assert [(r["owner"], r["spoofed"]) for r in received] == [(me, True)]
+
+
+def test_a_linked_inbox_is_neither_listed_by_the_dashboard_nor_written_by_a_click(
+    tmp_path: Path,
+) -> None:
+    """control/inbox replaced by a link to a private folder holding a command-shaped file:
+    the dashboard's state lists none of its files (it reports the folder once instead), and
+    a Save now click refuses to drop a command through the link."""
+    run, private = _run(tmp_path / "run"), tmp_path / "private"
+    private.mkdir()
+    (private / "00000000000000000001-deadbeef.json").write_text("{}")
+    inbox = RunDir(run).inbox
+    os.rmdir(inbox)
+    inbox.symlink_to(private)
+
+    state = load_state(run)
+    assert "00000000000000000001-deadbeef" not in state.commands
+    assert any("symbolic link" in b.detail for b in state.bad_lines.samples)
+    with pytest.raises(ControlError, match="symbolic link"):
+        control.issue(run, "save_now")
+    assert os.listdir(private) == ["00000000000000000001-deadbeef.json"]
