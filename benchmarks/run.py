@@ -35,6 +35,7 @@ BENCHMARKS = (
     "validate_dir",
     "hf_step_overhead",
     "idle_watch",
+    "inbox_flood",
 )
 # Benchmarks that take --device (the others measure the CPU side only).
 ON_DEVICE = ("async_save",)

@@ -9,6 +9,7 @@
     ├── CheckpointChoiceError  the checkpoint the user asked to resume from is not valid
     │   └── CheckpointMismatchError  the chosen checkpoint does not fit the model
     ├── AtomicWriteError       an atomic write could not complete (the old file is intact)
+    ├── NotARegularFile        a run-directory file is a link, FIFO, device or folder, or too big
     ├── EventWriteError        an event could not be appended (disk full, permissions, I/O)
     ├── SaveError              a save through Monitor.saving() was not published
     ├── ConfigError            a TrainConfig value is wrong
@@ -63,6 +64,14 @@ class CheckpointMismatchError(CheckpointChoiceError):
 
 class AtomicWriteError(CkptDashError, OSError):
     """An atomic write failed; the previous file of that name is untouched."""
+
+
+class NotARegularFile(CkptDashError, OSError):
+    """A file read from a run directory is refused unread: a symbolic link where the file is
+    the run's own, a FIFO, a device, a socket, a directory, or larger than it may be
+    (:mod:`ckptdash.rundir.safe_read`). An ``OSError``, so it is reported wherever an unreadable
+    file is:
+    ``strerror`` says which of these it is, ``filename`` names it."""
 
 
 class EventWriteError(CkptDashError, OSError):

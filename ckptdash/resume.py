@@ -34,6 +34,7 @@ from ckptdash import control
 from ckptdash.errors import CkptDashError
 from ckptdash.rundir import RUN_FILE, RunDir, load_safety, manifest
 from ckptdash.rundir.hashing import checksum_file
+from ckptdash.rundir.safe_read import open_regular
 from ckptdash.state import RunState
 from ckptdash.state.reading import load_state
 from ckptdash.state.records import CheckpointInfo
@@ -64,18 +65,23 @@ def check_checkpoint(info: CheckpointInfo, validate: ValidateMode = "checksum") 
     try:
         if path.is_dir():
             return _check_directory(path, info, validate) or _load_refusal(path, info, validate)
-        size = path.stat().st_size
+        # One open, then fstat: a FIFO or a device (a link to /dev/zero) is refused, never
+        # read; and at most the recorded size is hashed, however long the file has grown.
+        fd, st = open_regular(path, follow_symlinks=True)
+        os.close(fd)
     except FileNotFoundError:
         return "file is missing"
     except OSError as exc:
         return f"cannot read it: {exc.strerror}"
-    if size != info.size_bytes:
-        return f"size {size} bytes != recorded {info.size_bytes} (truncated or replaced)"
+    if st.st_size != info.size_bytes:
+        return f"size {st.st_size} bytes != recorded {info.size_bytes} (truncated or replaced)"
     if validate == "checksum" and info.checksum:
         try:
-            _, checksum = checksum_file(path)
+            size, checksum = checksum_file(path, limit=info.size_bytes)
         except OSError as exc:
             return f"cannot read it: {exc.strerror}"
+        if size != info.size_bytes:
+            return f"size {size} bytes != recorded {info.size_bytes} (changed while read)"
         if checksum != info.checksum:
             return "checksum does not match the recorded one (corrupted or overwritten)"
     return None
@@ -289,14 +295,16 @@ def _incomplete_file(path: Path) -> str | None:
     if path.is_dir():
         return None  # a sharded checkpoint: its format is the strategy's
     try:
-        with open(path, "rb") as f:
-            head = f.read(4)
+        fd, _st = open_regular(path, follow_symlinks=True)  # never blocks on a FIFO
     except FileNotFoundError:
         return "file is missing"
     except OSError as exc:
         return f"cannot read it: {exc.strerror}"
-    # torch.save writes a zip archive whose directory is at the end: a file that starts like
-    # one but has no directory was cut short. Other formats (legacy pickles) are left alone.
-    if head.startswith(b"PK") and not zipfile.is_zipfile(path):
-        return "truncated: the zip archive torch.save writes has no directory at its end"
+    with os.fdopen(fd, "rb") as f:
+        head = f.read(4)
+        # torch.save writes a zip archive whose directory is at the end: a file that starts
+        # like one but has no directory was cut short. Other formats (legacy pickles) are
+        # left alone.
+        if head.startswith(b"PK") and not zipfile.is_zipfile(f):
+            return "truncated: the zip archive torch.save writes has no directory at its end"
     return None

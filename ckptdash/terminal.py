@@ -7,10 +7,12 @@ the screen, move the cursor over earlier lines (a forged "resumes from"), set th
 or, on some terminals, write to the clipboard. A carriage return or a bidirectional override
 can make a line read differently from what it holds.
 
-So the command's output streams pass one filter: every control character except newline and
-tab, and the Unicode format characters that reorder or break lines, is written as a visible
-``\\uXXXX`` escape. It is the same escape JSON uses, so ``status --json`` stays valid JSON that
-means the same.
+So the command's output streams pass one filter: every character Python's
+``str.isprintable()`` rejects except newline and tab -- control characters, the Unicode format
+characters that reorder or break lines, and the invisible ones (zero-width spaces and joiners,
+soft hyphens, tag characters) that would make several run names all read ``exp1`` -- is
+written as a visible ``\\uXXXX`` escape (a surrogate pair beyond U+FFFF). It is the same escape
+JSON uses, so ``status --json`` stays valid JSON that means the same.
 """
 
 from __future__ import annotations
@@ -20,28 +22,32 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Final, TextIO
 
-_CONTROL: Final = (
-    *(c for c in range(0x20) if c not in (0x09, 0x0A)),  # C0 (ESC, CR, BS, BEL, ...)
-    0x7F,  # DEL
-    *range(0x80, 0xA0),  # C1 (CSI, OSC, ... as single code points)
-    0x061C,  # Arabic letter mark
-    0x200E,  # left-to-right mark
-    0x200F,  # right-to-left mark
-    0x2028,  # line separator
-    0x2029,  # paragraph separator
-    *range(0x202A, 0x202F),  # bidirectional embeddings and overrides
-    *range(0x2066, 0x206A),  # bidirectional isolates
-)
-_ESCAPES: Final = {c: f"\\u{c:04x}" for c in _CONTROL}
+_KEPT: Final = "\n\t"  # the two non-printable characters a terminal line may hold
+
+
+def _escape(c: str) -> str:
+    if c.isprintable() or c in _KEPT:
+        return c
+    code = ord(c)
+    if code <= 0xFFFF:
+        return f"\\u{code:04x}"
+    code -= 0x10000  # JSON's form of an astral character: a UTF-16 surrogate pair
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
 
 
 def printable(text: str) -> str:
-    """``text`` with every character that would control the terminal written as ``\\uXXXX``.
+    """``text`` with every character ``str.isprintable()`` rejects, except newline and tab,
+    written as ``\\uXXXX``.
 
     >>> printable("ok\\x1b[2Jgone")
     'ok\\\\u001b[2Jgone'
+    >>> printable("exp\\u200b1")
+    'exp\\\\u200b1'
     """
-    return text.translate(_ESCAPES)
+    # The fast path: most output is plain text with newlines, checked in C.
+    if text.replace("\n", "").replace("\t", "").isprintable():
+        return text
+    return "".join(map(_escape, text))
 
 
 def one_line(text: str) -> str:

@@ -87,7 +87,9 @@ def test_issue_then_claim_round_trip(run: RunDir) -> None:
 
     got = claim(run.root, now=1001.0)
 
-    assert got == [Claimed(cmd.id, run.claimed / f"{cmd.id}.json", cmd, None, False)]
+    me = getpass.getuser()
+    assert got == [Claimed(cmd.id, run.claimed / f"{cmd.id}.json", cmd, None, False, owner=me)]
+    assert got[0].spoofed  # signed "ada" but written by this account: flagged
     assert got[0].command_name == "save_now"
     assert not inbox_file.exists()
     assert pending(run) == []
@@ -352,14 +354,35 @@ MALFORMED: dict[str, Callable[[Path], str]] = {
     "missing_field": _json(f"{ID}.json", _command_json(author=_DROP)),
     "wrong_type": _json(f"{ID}.json", _command_json(t="yesterday")),
     "extra_field": _json(f"{ID}.json", _command_json(sudo=True)),
-    "bad_id": _json("not an id!.json", _command_json(id="not an id!")),
     "name_differs_from_id": _json("00000000002000000000-0badc0de.json", _command_json()),
-    "not_json_suffix": _json(f"{ID}.txt", _command_json()),
     "huge_file": _huge,
+}
+NOT_COMMANDS: dict[str, Callable[[Path], str]] = {
+    "bad_id": _json("not an id!.json", _command_json(id="not an id!")),
+    "not_json_suffix": _json(f"{ID}.txt", _command_json()),
+    "dot_file": _json(".bashrc", _command_json()),
     "directory": _directory,
     "fifo": _fifo,
     "symlink": _symlink,
 }
+
+
+@pytest.mark.parametrize("make", NOT_COMMANDS.values(), ids=NOT_COMMANDS.keys())
+def test_only_regular_files_with_command_names_are_ever_claimed(
+    run: RunDir, make: Callable[[Path], str]
+) -> None:
+    """A folder, a FIFO, a symbolic link, or a file not named ``<id>.json`` (``.bashrc``) is
+    never claimed or moved: it stays in the inbox, and the real command next to it is
+    claimed; the dashboard's reader shows it as malformed."""
+    name = make(run.inbox)
+    good = issue(run, "save_now")
+
+    got = claim(run)
+
+    assert [c.path.name for c in got] == [f"{good.id}.json"]
+    assert os.path.lexists(run.inbox / name)
+    assert not os.path.lexists(run.claimed / name)
+    assert orphans(run) == got
 
 
 @pytest.mark.parametrize("make", MALFORMED.values(), ids=MALFORMED.keys())

@@ -329,7 +329,7 @@ def test_unreadable_event_file_is_reported_once_then_read(
     def refuse(path: Any, *args: Any, **kwargs: Any) -> Any:
         raise PermissionError(13, "Permission denied", str(path))
 
-    monkeypatch.setattr(tail, "open", refuse, raising=False)
+    monkeypatch.setattr(tail, "open_regular", refuse)
     tailer = RunTailer(run_dir)
     batch = tailer.poll()
     assert batch.events == []

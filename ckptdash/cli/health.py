@@ -11,7 +11,7 @@ from typing import Any
 from ckptdash import control
 from ckptdash.analysis import health
 from ckptdash.analysis.health import Thresholds, parse_assignments
-from ckptdash.errors import CkptDashError
+from ckptdash.errors import CkptDashError, MalformedControlFile
 from ckptdash.ops import liveness
 from ckptdash.ops.watch import ACTIONS, Watch, Webhook, parse_rules
 from ckptdash.rundir import RunDir, find_runs
@@ -49,8 +49,16 @@ def thresholds_of(run: RunDir, changes: dict[str, Any]) -> Thresholds:
 
 
 def alerts_of(run: RunDir, state: RunState, args: argparse.Namespace) -> list[dict[str, Any]]:
-    """The alerts that hold for ``state`` now, as ``status --json`` lists them."""
-    th = thresholds_of(run, overrides(args))
+    """The alerts that hold for ``state`` now, as ``status --json`` lists them.
+
+    A run whose settings cannot be read (a colleague's 0600 file) is checked against the
+    default thresholds, said once on stderr: it never fails the status of the others."""
+    given = overrides(args)
+    try:
+        th = thresholds_of(run, given)
+    except MalformedControlFile as exc:
+        print(one_line(f"ckptdash: {exc}; alerts use the default thresholds"), file=sys.stderr)
+        th = Thresholds().updated(given, where="command line:")
     return [a.to_dict() for a in health.detect(state, th, gone=liveness.gone_here(state))]
 
 

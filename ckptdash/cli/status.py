@@ -33,8 +33,9 @@ from ckptdash.train.loggers import describe as describe_logger
 
 def status_command(args: argparse.Namespace) -> int:
     """``ckptdash status PATH``: one run in full, or a line per run of a folder."""
-    runs = find_runs(args.path)
-    states = [load_state(run) for run in runs]
+    runs, states, broken = load_each(find_runs(args.path), args.path)
+    if not runs:
+        return _print_broken(broken, 2)
     views = [None] * len(states) if args.no_scheduler else job_statuses(states)
     if args.json:
         dicts = []
@@ -47,6 +48,8 @@ def status_command(args: argparse.Namespace) -> int:
         out: Any = (
             dicts[0] if len(states) == 1 and runs[0].root == Path(args.path) else {"runs": dicts}
         )
+        if broken:
+            out["unreadable"] = [{"root": str(r.root), "error": why} for r, why in broken]
         sys.stdout.write(msgspec.json.format(msgspec.json.encode(out), indent=2).decode() + "\n")
         return 0
     if len(runs) == 1 and runs[0].root == Path(args.path):
@@ -60,7 +63,34 @@ def status_command(args: argparse.Namespace) -> int:
             for alert in health_cli.alerts_of(run, state, args):
                 print(one_line(f"ALERT {run.root.name} {alert['kind']}: {alert['detail']}"))
         print(f"\n{len(runs)} run(s); `ckptdash status {runs[0].root}` shows one in full")
-    return 0
+    return _print_broken(broken, 0)
+
+
+def load_each(
+    runs: list[RunDir], path: str | Path
+) -> tuple[list[RunDir], list[RunState], list[tuple[RunDir, str]]]:
+    """The state of each run of a folder; a run that cannot be read fails alone (its
+    reason in the third list) and the others go on. A single run's error is raised."""
+    if len(runs) == 1 and runs[0].root == Path(path):
+        return runs, [load_state(runs[0])], []
+    good: list[RunDir] = []
+    states: list[RunState] = []
+    broken: list[tuple[RunDir, str]] = []
+    for run in runs:
+        try:
+            states.append(load_state(run))
+        except CkptDashError as exc:
+            broken.append((run, str(exc)))
+            continue
+        good.append(run)
+    return good, states, broken
+
+
+def _print_broken(broken: list[tuple[RunDir, str]], rc: int) -> int:
+    """Say once, on stderr, each run of the folder that could not be shown."""
+    for run, why in broken:
+        print(one_line(f"ckptdash: {run.root}: not shown: {why}"), file=sys.stderr)
+    return rc
 
 
 def run_word(
@@ -133,17 +163,19 @@ def goodput_command(args: argparse.Namespace) -> int:
     """``ckptdash goodput PATH``: where the time of each run went."""
     from ckptdash.analysis.goodput import of_state, render
 
-    runs = find_runs(args.path)
+    runs, states, broken = load_each(find_runs(args.path), args.path)
+    if not runs:
+        return _print_broken(broken, 2)
     now = time.time()
-    results = [of_state(load_state(run), now) for run in runs]
+    results = [of_state(state, now) for state in states]
     if args.json:
         dicts = [g.to_dict() for g in results]
         single = len(runs) == 1 and runs[0].root == Path(args.path)
         out: Any = dicts[0] if single else {"runs": dicts}
         sys.stdout.write(msgspec.json.format(msgspec.json.encode(out), indent=2).decode() + "\n")
-        return 0
+        return _print_broken(broken, 0)
     print("\n\n".join(render(g) for g in results))
-    return 0
+    return _print_broken(broken, 0)
 
 
 def job_statuses(states: list[RunState]) -> list[slurm_admin.JobStatus | None]:
@@ -293,7 +325,8 @@ def _event_lines(state: RunState) -> list[str]:
     for c in sorted(state.commands.values(), key=lambda c: c.issued_at or 0):
         extra = c.detail or c.reason or c.error
         lines.append(
-            f"command {c.command or '?'} {fmt.short_id(c.id)} by {_who(c.author, c.host)}:"
+            f"command {c.command or '?'} {fmt.short_id(c.id)} by"
+            f" {_who(c.author, c.host)}{c.spoof_note}:"
             f" {c.status}" + (f" ({extra})" if extra else "")
         )
     bad = sum(state.bad_lines.counts.values())

@@ -48,19 +48,27 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from ckptdash.control.dirs import (
+    InboxScan,
+    control_fd,
+    fsync_fd,
+    job_folder,
+    regular_files,
+    user_name,
+)
 from ckptdash.control.files import (
     FILE_MODE,
     MAX_CONTROL_FILE_BYTES,
     PathArg,
     default_author,
     existing_run,
-    make_dirs,
     read_small,
+    read_small_stat,
     run_of,
     user_at_host,
 )
 from ckptdash.control.settings import SETTINGS_LOCK, UNSET, read_settings, update_settings
-from ckptdash.errors import ControlError, MalformedControlFile
+from ckptdash.errors import ControlError, MalformedControlFile, NotARegularFile
 from ckptdash.events import (
     COMMAND_TYPES,
     COMMANDS,
@@ -68,7 +76,8 @@ from ckptdash.events import (
     decode_command,
     encode_command,
 )
-from ckptdash.rundir import create_exclusive, fsync_dir, is_temp_file
+from ckptdash.rundir import RunDir, create_exclusive, is_temp_file
+from ckptdash.rundir.safe_read import open_dir
 
 # The settings and the files' limits live in their own modules; this one is the channel's
 # public face (docs/format.md names it for commands and settings), so it re-exports them.
@@ -82,8 +91,10 @@ __all__ = [
     "SETTINGS_LOCK",
     "UNSET",
     "Claimed",
+    "InboxScan",
     "MalformedControlFile",
     "PathArg",
+    "author_user",
     "claim",
     "complete",
     "expired",
@@ -134,6 +145,16 @@ class Claimed:
     command: Command | None
     error: str | None = None
     expired: bool = False
+    owner: str = ""
+    """The account that owns the file (from ``fstat`` of the file read), ``""`` when it could
+    not be read: recorded next to the author the file claims, which anyone can write."""
+
+    @property
+    def spoofed(self) -> bool:
+        """Whether the author the file names is not the account that wrote it."""
+        if self.command is None or not self.owner:
+            return False
+        return author_user(self.command.author) != self.owner
 
     @property
     def command_name(self) -> str:
@@ -175,7 +196,7 @@ def issue(
         t = ns / 1e9
     else:
         ns, t = round(now * 1e9), now
-    make_dirs(rd.inbox)
+    _check_inbox(rd)
     for _ in range(3):  # a collision needs the same nanosecond *and* 32 random bits
         cmd = cls(
             id=f"{ns:020d}-{secrets.token_hex(4)}",
@@ -203,54 +224,104 @@ def claim(
     now: float | None = None,
     limit: int = CLAIM_BATCH,
     on_problem: Callable[[str], object] | None = None,
+    scan: InboxScan | None = None,
 ) -> list[Claimed]:
-    """Take up to ``limit`` commands from the inbox, oldest first (well-formed names before
-    others); each file goes to exactly one caller. The rest wait for the next call.
+    """Take up to ``limit`` commands from the inbox, oldest first; each file goes to exactly
+    one caller. The rest wait for the next call.
 
-    Call it on one process per run (rank 0). Files another claimer took first
-    are skipped; temp files of writes in progress are left alone. Malformed
-    files are claimed too and come back with ``error`` set — none is dropped.
-    The moves are durable before this returns, so the caller may act on them.
-    A file that cannot be moved (permissions) stays pending, with a
-    :class:`RuntimeWarning` naming it (or a call of ``on_problem`` with that message):
-    a broken control file never stops training.
+    Call it on one process per run (rank 0). Only regular files named ``<id>.json`` are
+    claimed: a folder, a link, a FIFO, a temp file or any other name (``.bashrc``) is left
+    where it is (the dashboard shows it as malformed). Files another claimer took first are
+    skipped. A command-shaped file that does not parse is claimed too and comes back with
+    ``error`` set — none is dropped. The moves are durable before this returns, so the
+    caller may act on them. A file that cannot be moved (permissions) stays pending, with a
+    :class:`RuntimeWarning` naming it (or a call of ``on_problem`` with that message).
+
+    The folders are used through held descriptors, never through a symbolic link, and only
+    when this process's user owns them (:mod:`ckptdash.control.dirs`); otherwise
+    :class:`ControlError` says which folder and why, and nothing moves. ``scan`` keeps the
+    listing's place between calls (the job's: each call then lists for a few ms at most);
+    without it one call lists the whole inbox.
 
     >>> for c in claim(run.root):  # doctest: +SKIP
     ...     writer.emit(CommandReceived, command_id=c.id, command=c.command_name)
     """
     rd = run_of(run_dir)
-    names = _listing(rd.inbox)
-    if not names:
+    try:
+        inbox = job_folder(rd, "inbox")
+    except FileNotFoundError:
         return []
-    # Well-formed names first: a flood of junk must not delay a real command behind it.
-    names.sort(key=lambda n: not _is_command_name(n))
-    make_dirs(rd.claimed)
-    taken: list[str] = []
-    for name in names[: max(1, limit)]:
+    try:
+        names = (scan or InboxScan(math.inf)).take(inbox, limit, _is_command_name)
+        if not names:
+            return []
+        claimed = _job_folder_or_error(rd, "claimed")
         try:
-            os.rename(rd.inbox / name, rd.claimed / name)
-        except FileNotFoundError:
-            # Another claimer won. (On NFS a retransmitted RENAME can also report
-            # ENOENT for a rename that did happen: the file then waits in
-            # claimed/ as an orphan and is answered command_expired, never applied twice.)
-            continue
-        except OSError as exc:
-            problem = (
-                f"{safe_name(str(rd.inbox / name))}: cannot claim it ({exc.strerror}); it stays"
-                f" pending until it can be moved to {rd.claimed}: check both folders'"
-                " permissions and that nothing of that name is in the way"
-            )
-            if on_problem is not None:
-                on_problem(problem)
-            else:
-                warnings.warn(problem, RuntimeWarning, stacklevel=2)
-            continue
-        taken.append(name)
-    if taken:
-        fsync_dir(rd.claimed)
-        fsync_dir(rd.inbox)
-    t = time.time() if now is None else now
-    return [_parse(rd.claimed / name, t) for name in taken]
+            taken = [n for n in names if _claim_one(rd, inbox, claimed, n, on_problem)]
+            if taken:
+                fsync_fd(claimed)
+                fsync_fd(inbox)
+            t = time.time() if now is None else now
+            return [_parse(claimed, rd.claimed / name, t) for name in taken]
+        finally:
+            os.close(claimed)
+    finally:
+        os.close(inbox)
+
+
+def _check_inbox(rd: RunDir) -> None:
+    """Make sure control/inbox exists and neither it nor control/ is a symbolic link: a click
+    must not drop a command file into a folder someone pointed elsewhere."""
+    try:
+        with control_fd(rd, create=True) as control_dir:
+            os.close(open_dir("inbox", dir_fd=control_dir, create=True))
+    except NotARegularFile as exc:
+        raise ControlError(
+            f"{rd.inbox}: {exc.strerror}; refusing to put a command there. Remove it: the job"
+            " recreates the folder"
+        ) from None
+    except OSError as exc:
+        raise ControlError(
+            f"{rd.inbox}: cannot create the folder ({exc.strerror}); check the run directory's"
+            " permissions"
+        ) from None
+
+
+def _claim_one(
+    rd: RunDir, inbox: int, claimed: int, name: str, on_problem: Callable[[str], object] | None
+) -> bool:
+    """``rename(inbox/name, claimed/name)`` relative to the held folders; True if we won."""
+    try:
+        os.rename(name, name, src_dir_fd=inbox, dst_dir_fd=claimed)
+    except FileNotFoundError:
+        # Another claimer won. (On NFS a retransmitted RENAME can also report
+        # ENOENT for a rename that did happen: the file then waits in
+        # claimed/ as an orphan and is answered command_expired, never applied twice.)
+        return False
+    except OSError as exc:
+        problem = (
+            f"{safe_name(str(rd.inbox / name))}: cannot claim it ({exc.strerror}); it stays"
+            f" pending until it can be moved to {rd.claimed}: check both folders'"
+            " permissions and that nothing of that name is in the way"
+        )
+        if on_problem is not None:
+            on_problem(problem)
+        else:
+            warnings.warn(problem, RuntimeWarning, stacklevel=3)
+        return False
+    return True
+
+
+def _job_folder_or_error(rd: RunDir, name: str) -> int:
+    try:
+        return job_folder(rd, name, create=True)
+    except ControlError:
+        raise
+    except OSError as exc:
+        raise ControlError(
+            f"{rd.root / 'control' / name}: cannot open the folder ({exc.strerror}); check the"
+            " run directory's permissions"
+        ) from None
 
 
 def complete(run_dir: PathArg, command: Claimed | str) -> None:
@@ -259,25 +330,36 @@ def complete(run_dir: PathArg, command: Claimed | str) -> None:
     ``command`` is what :func:`claim` or :func:`orphans` returned (this works
     for every file, whatever its name) or a command id (the file ``<id>.json``).
     Raises :class:`ControlError` naming the file and the fix when the move fails
-    (``done/`` not writable, a directory in the way): the caller reports it and trains on.
+    (``done/`` not writable, a directory in the way, a folder that is a link or another
+    account's): the caller reports it and trains on.
     """
     rd = run_of(run_dir)
     name = command.path.name if isinstance(command, Claimed) else f"{command}{COMMAND_SUFFIX}"
     if not name or os.sep in name or name in (".", ".."):
         raise ControlError(f"{name!r}: not a command file name; pass what claim() returned")
-    make_dirs(rd.done)
     try:
-        os.rename(rd.claimed / name, rd.done / name)
+        claimed = job_folder(rd, "claimed")
     except FileNotFoundError:
-        return  # already done, or never claimed
-    except OSError as exc:
-        raise ControlError(
-            f"{safe_name(str(rd.claimed / name))}: cannot move it to {rd.done}"
-            f" ({exc.strerror}); it stays in claimed/ and is never applied again. Fix the"
-            " permissions of both folders and remove what is in the way"
-        ) from None
-    fsync_dir(rd.done)
-    fsync_dir(rd.claimed)
+        return  # never claimed
+    try:
+        done = _job_folder_or_error(rd, "done")
+        try:
+            os.rename(name, name, src_dir_fd=claimed, dst_dir_fd=done)
+        except FileNotFoundError:
+            return  # already done, or never claimed
+        except OSError as exc:
+            raise ControlError(
+                f"{safe_name(str(rd.claimed / name))}: cannot move it to {rd.done}"
+                f" ({exc.strerror}); it stays in claimed/ and is never applied again. Fix the"
+                " permissions of both folders and remove what is in the way"
+            ) from None
+        else:
+            fsync_fd(done)
+            fsync_fd(claimed)
+        finally:
+            os.close(done)
+    finally:
+        os.close(claimed)
 
 
 def orphans(run_dir: PathArg, *, now: float | None = None) -> list[Claimed]:
@@ -285,11 +367,21 @@ def orphans(run_dir: PathArg, *, now: float | None = None) -> list[Claimed]:
 
     Call this at the start of an attempt, before the first :func:`claim`, while
     no other claimer of the run is alive; answer each with ``command_expired``
-    and :func:`complete` it. Files are parsed as :func:`claim` parses them.
+    and :func:`complete` it. Only regular files named ``<id>.json`` count; they are parsed
+    as :func:`claim` parses them. Raises :class:`ControlError` when ``claimed/`` is a link or
+    another account's folder.
     """
     rd = run_of(run_dir)
     t = time.time() if now is None else now
-    return [_parse(rd.claimed / name, t) for name in _listing(rd.claimed)]
+    try:
+        claimed = job_folder(rd, "claimed")
+    except FileNotFoundError:
+        return []
+    try:
+        names = [n for n in regular_files(claimed) if _is_command_name(n)]
+        return [_parse(claimed, rd.claimed / name, t) for name in names]
+    finally:
+        os.close(claimed)
 
 
 def pending(run_dir: PathArg) -> list[str]:
@@ -346,15 +438,21 @@ def safe_name(name: str) -> str:
     return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
 
 
-def read_command(path: Path) -> Command:
+def read_command(path: Path, *, dir_fd: int | None = None) -> Command:
     """Read and check one command file: the same rules for the claimer and the dashboard.
 
     Raises :class:`MalformedControlFile` saying what is wrong and how to issue a
     command properly (:class:`UnreadableControlFile` when it may be readable
-    later), or ``FileNotFoundError`` when the file moved or vanished.
+    later), or ``FileNotFoundError`` when the file moved or vanished. ``dir_fd``: read
+    ``path.name`` in that held folder.
     """
+    return _check_command(
+        path, read_small(path, _HOW_TO_ISSUE, follow_symlinks=False, dir_fd=dir_fd)
+    )
+
+
+def _check_command(path: Path, data: bytes) -> Command:
     file_id = _id_of(path.name)
-    data = read_small(path, _HOW_TO_ISSUE, follow_symlinks=False)
     if not path.name.endswith(COMMAND_SUFFIX) or not _ID_RE.match(file_id):
         raise MalformedControlFile(
             f"{path}: command files are named <id>{COMMAND_SUFFIX} with the id inside;"
@@ -368,13 +466,22 @@ def read_command(path: Path) -> Command:
     return cmd
 
 
-def _parse(path: Path, now: float) -> Claimed:
-    """Read a command file this process owns; any problem becomes ``error``, never an exception."""
+def author_user(author: str) -> str:
+    """The account name an author string starts with: ``alice`` of ``alice@login1 (dashboard)``."""
+    return author.split("@", 1)[0].split(" ", 1)[0]
+
+
+def _parse(dir_fd: int, path: Path, now: float) -> Claimed:
+    """Read a command file this process owns (``path.name`` in the held folder ``dir_fd``);
+    any problem becomes ``error``, never an exception. The file's owner is recorded."""
     file_id = _id_of(path.name)
+    owner = ""
     try:
-        cmd = read_command(path)
+        data, st = read_small_stat(path, _HOW_TO_ISSUE, dir_fd=dir_fd)
+        owner = user_name(st.st_uid)
+        cmd = _check_command(path, data)
     except MalformedControlFile as exc:
-        return Claimed(file_id, path, None, safe_name(str(exc)))
+        return Claimed(file_id, path, None, safe_name(str(exc)), owner=owner)
     except FileNotFoundError:
         return Claimed(
             file_id,
@@ -382,7 +489,7 @@ def _parse(path: Path, now: float) -> Claimed:
             None,
             f"{safe_name(str(path))}: vanished after it was claimed; nothing was done",
         )
-    return Claimed(file_id, path, cmd, None, expired(cmd, now))
+    return Claimed(file_id, path, cmd, None, expired(cmd, now), owner=owner)
 
 
 def expired(cmd: Command, now: float) -> bool:

@@ -10,12 +10,18 @@ import errno
 import getpass
 import os
 import socket
-import stat
 from pathlib import Path
 from typing import Final, TypeAlias
 
-from ckptdash.errors import ControlError, MalformedControlFile, RunDirError, UnreadableControlFile
+from ckptdash.errors import (
+    ControlError,
+    MalformedControlFile,
+    NotARegularFile,
+    RunDirError,
+    UnreadableControlFile,
+)
 from ckptdash.rundir import RunDir
+from ckptdash.rundir.safe_read import read_capped_stat
 
 MAX_CONTROL_FILE_BYTES: Final = 64 * 1024
 """A command or settings file larger than this is malformed; it is rejected without being read."""
@@ -24,46 +30,42 @@ FILE_MODE: Final = 0o600  # commands and settings say who did what: owner-only
 PathArg: TypeAlias = "str | os.PathLike[str] | RunDir"
 
 
-def read_small(path: Path, fix: str, *, follow_symlinks: bool = True) -> bytes:
+def read_small(
+    path: Path, fix: str, *, follow_symlinks: bool = True, dir_fd: int | None = None
+) -> bytes:
     """Read a control file of at most MAX_CONTROL_FILE_BYTES; anything else is malformed.
 
-    Opened non-blocking so a FIFO cannot hang the training loop, checked to be a
-    regular file, and never read past the limit however big it is.
+    Through :func:`~ckptdash.rundir.safe_read.read_capped`: opened non-blocking so a FIFO cannot
+    hang the training loop, checked to be a regular file, and never read past the limit
+    however big it is. ``dir_fd``: ``path`` is a name in that (held) folder.
     """
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)
-    if not follow_symlinks:
-        flags |= getattr(os, "O_NOFOLLOW", 0)
-    fd = -1
+    return read_small_stat(path, fix, follow_symlinks=follow_symlinks, dir_fd=dir_fd)[0]
+
+
+def read_small_stat(
+    path: Path, fix: str, *, follow_symlinks: bool = False, dir_fd: int | None = None
+) -> tuple[bytes, os.stat_result]:
+    """:func:`read_small`, and the ``fstat`` of the very file read (its owner, its mode)."""
     try:
-        fd = os.open(path, flags)
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
-            raise MalformedControlFile(f"{path}: {kind}; remove it. {fix}")
-        if st.st_size > MAX_CONTROL_FILE_BYTES:
-            raise MalformedControlFile(
-                f"{path}: {st.st_size} bytes, more than a control file may hold"
-                f" ({MAX_CONTROL_FILE_BYTES}); not read. {fix}"
-            )
-        with os.fdopen(fd, "rb") as f:
-            fd = -1  # the file object owns it now
-            data = f.read(MAX_CONTROL_FILE_BYTES + 1)
-        if len(data) > MAX_CONTROL_FILE_BYTES:  # grew after fstat
-            raise MalformedControlFile(
-                f"{path}: more than {MAX_CONTROL_FILE_BYTES} bytes; not read. {fix}"
-            )
-        return data
+        return read_capped_stat(
+            path.name if dir_fd is not None else path,
+            MAX_CONTROL_FILE_BYTES,
+            follow_symlinks=follow_symlinks,
+            dir_fd=dir_fd,
+        )
     except FileNotFoundError:
         raise
+    except NotARegularFile as exc:
+        if exc.errno == errno.EFBIG:
+            raise MalformedControlFile(
+                f"{path}: {exc.strerror} (a control file holds at most"
+                f" {MAX_CONTROL_FILE_BYTES}); not read. {fix}"
+            ) from None
+        raise MalformedControlFile(f"{path}: {exc.strerror}; remove it. {fix}") from None
     except OSError as exc:
-        if exc.errno == errno.ELOOP:  # O_NOFOLLOW met a symbolic link
-            raise MalformedControlFile(f"{path}: a symbolic link; remove it. {fix}") from None
         raise UnreadableControlFile(
             f"{path}: cannot read it ({exc.strerror}); check its permissions. {fix}"
         ) from None
-    finally:
-        if fd >= 0:
-            os.close(fd)
 
 
 def run_of(run_dir: PathArg) -> RunDir:

@@ -20,23 +20,30 @@ from typing import Final
 
 import msgspec
 
+from ckptdash.control.dirs import control_fd, write_at
 from ckptdash.control.files import (
     FILE_MODE,
     PathArg,
     existing_run,
-    make_dirs,
     read_small,
     run_of,
     user_at_host,
 )
-from ckptdash.errors import ControlError, MalformedControlFile
+from ckptdash.errors import (
+    AtomicWriteError,
+    ControlError,
+    MalformedControlFile,
+    UnreadableControlFile,
+)
 from ckptdash.events import Settings, decode_settings, encode_settings
-from ckptdash.rundir import RunDir, atomic_write
+from ckptdash.rundir import SETTINGS_FILE, RunDir
 
 if sys.platform != "win32":
     import fcntl
 
 SETTINGS_LOCK: Final = "control/settings.lock"
+SETTINGS_NAME: Final = SETTINGS_FILE.rsplit("/", 1)[1]
+LOCK_NAME: Final = SETTINGS_LOCK.rsplit("/", 1)[1]
 _HOW_TO_FIX_SETTINGS: Final = "remove it and set the settings again (control.update_settings())"
 
 
@@ -54,13 +61,23 @@ def read_settings(run_dir: PathArg) -> Settings:
     Raises :class:`MalformedControlFile` naming the file and the fix when it
     exists but does not parse — a policy must never silently fall back.
     """
-    path = run_of(run_dir).settings
+    rd = run_of(run_dir)
+    path = rd.settings
     try:
-        # Never through a symbolic link: whoever can write the run directory would
-        # otherwise point the policy at a file of their choosing.
-        data = read_small(path, _HOW_TO_FIX_SETTINGS, follow_symlinks=False)
+        # Never through a symbolic link, the file's or control/'s: whoever can write the
+        # run directory would otherwise point the policy at a file of their choosing.
+        with control_fd(rd) as control:
+            data = read_small(path, _HOW_TO_FIX_SETTINGS, follow_symlinks=False, dir_fd=control)
     except FileNotFoundError:
         return Settings()
+    except MalformedControlFile:
+        raise
+    except ControlError as exc:  # control/ itself is a link
+        raise MalformedControlFile(f"{exc}. {_HOW_TO_FIX_SETTINGS}") from None
+    except OSError as exc:
+        raise UnreadableControlFile(
+            f"{path}: cannot read it ({exc.strerror}); check the permissions of {path.parent}"
+        ) from None
     return decode_settings(data, str(path))
 
 
@@ -100,8 +117,9 @@ def update_settings(
     if author is None:
         author = user_at_host()
     rd = existing_run(run_dir)
-    make_dirs(rd.settings.parent)
-    with _settings_lock(rd):
+    # Every write relative to the held control/ folder: a Suspend click never writes through
+    # a control/ that someone swapped for a link to another run's (or anyone's) folder.
+    with control_fd(rd, create=True) as control, _settings_lock(rd, control):
         current = read_settings(rd)
         changes: dict[str, object] = {
             "updated_at": time.time() if now is None else now,
@@ -126,7 +144,15 @@ def update_settings(
             decode_settings(data, str(rd.settings))
         except MalformedControlFile as exc:
             raise ControlError(f"refusing to write these settings: {exc}") from None
-        atomic_write(rd.settings, data, mode=FILE_MODE)
+        try:
+            write_at(control, SETTINGS_NAME, data, mode=FILE_MODE)
+        except OSError as exc:
+            raise AtomicWriteError(
+                exc.errno,
+                f"cannot write {rd.settings} ({exc.strerror}); the previous settings are intact;"
+                f" check that you can write to {rd.settings.parent}",
+                str(rd.settings),
+            ) from None
     return new
 
 
@@ -137,7 +163,7 @@ _process_settings_lock = threading.Lock()
 
 
 @contextlib.contextmanager
-def _settings_lock(rd: RunDir) -> Iterator[None]:
+def _settings_lock(rd: RunDir, control: int) -> Iterator[None]:
     """Serialise read-modify-write of the settings between processes and hosts, best effort.
 
     ``flock`` excludes processes on one host everywhere, and across hosts on
@@ -150,7 +176,7 @@ def _settings_lock(rd: RunDir) -> Iterator[None]:
     with _process_settings_lock:
         try:
             flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
-            fd = os.open(lock_path, flags, FILE_MODE)
+            fd = os.open(LOCK_NAME, flags, FILE_MODE, dir_fd=control)
         except OSError as exc:
             raise ControlError(
                 f"{lock_path}: cannot open the settings lock ({exc.strerror}); check that you"

@@ -39,6 +39,7 @@ from ckptdash.events.commands import (
     encode_settings,
 )
 from ckptdash.events.fields import (
+    DECODE_ERRORS,
     FORMAT_VERSION,
     MAX_INT,
     MAX_TIME,
@@ -257,7 +258,7 @@ def decode_metrics(raw: msgspec.Raw) -> dict[str, float]:
     """
     try:
         value = msgspec.json.decode(raw)
-    except (msgspec.DecodeError, msgspec.ValidationError):
+    except DECODE_ERRORS:
         return {}
     if not isinstance(value, dict):
         return {}
@@ -288,7 +289,7 @@ def decode_line(line: bytes, file: str = "", lineno: int = 0) -> Event | BadLine
     """Decode one line leniently: an :class:`Event` or a :class:`BadLine` saying why not."""
     try:
         return _lenient_decoder.decode(line)
-    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+    except DECODE_ERRORS as exc:
         return _classify(line, file, lineno, exc)
 
 
@@ -300,7 +301,7 @@ def decode_lines(buf: bytes, file: str = "", first_lineno: int = 1) -> list[Even
     """
     try:
         return list(_lenient_decoder.decode_lines(buf))
-    except (msgspec.ValidationError, msgspec.DecodeError):
+    except DECODE_ERRORS:
         pass
     out: list[Event | BadLine] = []
     for offset, line in enumerate(buf.split(b"\n")):
@@ -312,7 +313,7 @@ def decode_lines(buf: bytes, file: str = "", first_lineno: int = 1) -> list[Even
 def _classify(line: bytes, file: str, lineno: int, exc: Exception) -> BadLine:
     try:
         obj = msgspec.json.decode(line)
-    except msgspec.DecodeError:
+    except DECODE_ERRORS:
         return BadLine(file, lineno, "corrupt", _clip(line))
     if isinstance(obj, dict) and isinstance(obj.get("kind"), str) and obj["kind"] not in KINDS:
         return BadLine(file, lineno, "unknown_kind", str(obj["kind"]))

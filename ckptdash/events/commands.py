@@ -11,7 +11,7 @@ from typing import Annotated, ClassVar, Final, TypeAlias, get_args
 import msgspec
 
 from ckptdash.errors import EventValidationError, MalformedControlFile
-from ckptdash.events.fields import FORMAT_VERSION, NonNegFloat, encoder
+from ckptdash.events.fields import DECODE_ERRORS, FORMAT_VERSION, NonNegFloat, encoder
 
 # --- commands (dashboard/CLI -> training) ----------------------------------------------------
 
@@ -69,7 +69,7 @@ def decode_command(data: bytes, file: str) -> Command:
     """Parse a command file; :class:`MalformedControlFile` names ``file`` and the problem."""
     try:
         return _command_decoder.decode(data)
-    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+    except DECODE_ERRORS as exc:
         known = ", ".join(sorted(COMMANDS))
         raise MalformedControlFile(
             f"{file}: not a ckptdash command ({exc}); expected a JSON object with"
@@ -111,7 +111,7 @@ def decode_settings(data: bytes, file: str) -> Settings:
     """Parse the settings file; raises :class:`MalformedControlFile` naming the file and the fix."""
     try:
         return _settings_decoder.decode(data)
-    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+    except DECODE_ERRORS as exc:
         raise MalformedControlFile(
             f"{file}: unreadable settings ({exc}); fix the file by hand or rewrite it with"
             " `ckptdash requeue RUN_DIR --resume` / `ckptdash resume RUN_DIR --clear`"

@@ -29,5 +29,10 @@ NonNegFloat = Annotated[float, msgspec.Meta(ge=0, le=MAX_TIME)]
 Seconds = Annotated[float, msgspec.Meta(ge=-MAX_TIME, le=MAX_TIME)]
 NonEmptyStr = Annotated[str, msgspec.Meta(min_length=1)]
 
+DECODE_ERRORS: Final = (msgspec.DecodeError, msgspec.ValidationError, RecursionError)
+"""Every way decoding untrusted bytes can fail: besides malformed JSON and a schema mismatch,
+msgspec raises ``RecursionError`` for a value nested thousands deep (``[[[[…``), even inside a
+field it skips. Catch all three wherever bytes from a run directory are decoded."""
+
 # One encoder for every record: encoding keeps no state between calls.
 encoder: Final = msgspec.json.Encoder()

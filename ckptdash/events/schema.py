@@ -183,10 +183,17 @@ class RequeueSkipped(Event, frozen=True, tag="requeue_skipped"):
 
 
 class CommandReceived(Event, frozen=True, tag="command_received"):
-    """The training side claimed a command from the inbox."""
+    """The training side claimed a command from the inbox.
+
+    ``owner`` is the account that owns the command file (its ``fstat``), next to the author
+    the file claims; ``spoofed`` is true when the two differ (a file written by one account
+    and signed with another's name). Both are optional: older writers leave them out.
+    """
 
     command_id: NonEmptyStr
     command: str
+    owner: str | None = None
+    spoofed: bool = False
 
 
 class CommandApplied(Event, frozen=True, tag="command_applied"):

@@ -310,8 +310,10 @@ class Watch:
         # A job still pending has no run directory yet: wait for it, as the dashboard does.
         self._tailer = FolderTailer(self.path, wait=True)
         self._runs: dict[Path, _Run] = {}
+        self._said: set[tuple[Path, str]] = set()  # (run, problem) already printed
+        Thresholds().updated(self.overrides, where="command line:")  # a bad one fails at start
         for root in self._tailer.tailers:
-            thresholds_for(RunDir(root), self.overrides)  # a bad threshold fails at start
+            self._thresholds(RunDir(root))  # a run's unreadable settings: said now, once
 
     def poll(self) -> list[Fired]:
         """Read what is new, run the detectors, fire and act on what changed."""
@@ -349,11 +351,7 @@ class Watch:
 
     def _check(self, root: Path, run: _Run) -> list[Fired]:
         rd = RunDir(root)
-        try:
-            th = thresholds_for(rd, self.overrides)
-        except CkptDashError as exc:
-            print(f"ckptdash watch: {exc}; using the defaults", file=self.log, flush=True)
-            th = Thresholds().updated(self.overrides)
+        th = self._thresholds(rd)
         now = self.clock()
         gone = liveness.gone_here(run.state, now=now)
         active = {a.kind: a for a in health.detect(run.state, th, now, gone=gone)}
@@ -376,6 +374,22 @@ class Watch:
                 self._notify(rd, run, f)
                 fired.append(f)
         return fired
+
+    def _thresholds(self, rd: RunDir) -> Thresholds:
+        """The run's thresholds; when its settings cannot be read or hold a bad threshold (a
+        colleague's 0600 settings.json in a shared folder), the defaults, said once per run
+        and problem: one run's settings never stop the watch over the others."""
+        try:
+            return thresholds_for(rd, self.overrides)
+        except CkptDashError as exc:
+            if (rd.root, str(exc)) not in self._said:
+                self._said.add((rd.root, str(exc)))
+                print(
+                    one_line(f"ckptdash watch: {rd.root}: {exc}; using the default thresholds"),
+                    file=self.log,
+                    flush=True,
+                )
+            return Thresholds().updated(self.overrides)
 
     def _writer(self, rd: RunDir, run: _Run, attempt: int) -> EventWriter:
         w = run.writers.get(attempt)

@@ -31,9 +31,11 @@ from typing import IO, Final
 
 import msgspec
 
-from ckptdash.errors import AtomicWriteError, RunDirError
+from ckptdash.errors import AtomicWriteError, NotARegularFile, RunDirError
+from ckptdash.events.fields import DECODE_ERRORS
 from ckptdash.rundir.direct_io import DirectFile
 from ckptdash.rundir.hashing import HashingWriter
+from ckptdash.rundir.safe_read import O_DIRECTORY, open_dir, read_capped
 
 RUN_FILE: Final = "run.json"
 EVENTS_DIR: Final = "events"
@@ -232,19 +234,45 @@ class RunDir:
 
     def ensure(self) -> RunInfo:
         """Create the layout if missing and return the run's identity (stable across attempts)."""
-        for sub in (self.events, self.inbox, self.claimed, self.done, self.checkpoints):
+        for sub in (self.events, self.checkpoints):
             sub.mkdir(parents=True, exist_ok=True)
+        self._ensure_control()
         info = RunInfo(run_id=secrets.token_hex(6), created_at=time.time())
         create_exclusive(self.run_file, msgspec.json.encode(info) + b"\n")
         return self.info()
 
+    def _ensure_control(self) -> None:
+        """Create control/ and its folders, each relative to the one above and never through a
+        link: a control/ that someone swapped for a link to the owner's home must not get
+        inbox/, claimed/ and done/ made there (the claimer then refuses the link, saying why)."""
+        root = os.open(self.root, os.O_RDONLY | O_DIRECTORY)
+        try:
+            control = open_dir(CONTROL_DIR, dir_fd=root, create=True)
+        except NotARegularFile:
+            return
+        finally:
+            os.close(root)
+        try:
+            for name in (INBOX_DIR, CLAIMED_DIR, DONE_DIR):
+                with contextlib.suppress(NotARegularFile):
+                    os.close(open_dir(name.rsplit("/", 1)[1], dir_fd=control, create=True))
+        finally:
+            os.close(control)
+
     def info(self) -> RunInfo:
         """The run identity from ``run.json``; a run without one is named after its folder."""
         try:
-            return msgspec.json.decode(self.run_file.read_bytes(), type=RunInfo)
+            # Never through a link, never a FIFO or a device, never more than a small file:
+            # whoever writes the run directory could otherwise hang or flood every reader.
+            return msgspec.json.decode(read_capped(self.run_file), type=RunInfo)
         except FileNotFoundError:
             return RunInfo(run_id=self.root.name, created_at=0.0)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        except OSError as exc:
+            raise RunDirError(
+                f"{self.run_file}: cannot read the run file ({exc.strerror}); replace it with a"
+                " regular file (or delete it: ckptdash then names the run after its folder)"
+            ) from None
+        except DECODE_ERRORS as exc:
             raise RunDirError(
                 f"{self.run_file}: unreadable run file ({exc}); delete it and ckptdash will"
                 " name the run after its folder"

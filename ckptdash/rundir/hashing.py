@@ -13,6 +13,8 @@ from typing import Any, Final, Protocol
 
 import xxhash
 
+from ckptdash.rundir.safe_read import open_regular
+
 CHECKSUM_ALGO: Final = "xxh3_128"
 
 
@@ -118,12 +120,23 @@ class _HashHelper:
                 done.set()
 
 
-def checksum_file(path: str | os.PathLike[str], chunk: int = 1 << 20) -> tuple[int, str]:
-    """Size and checksum of a file on disk, in the same form :func:`atomic_write` reports."""
+def checksum_file(
+    path: str | os.PathLike[str], chunk: int = 1 << 20, *, limit: int | None = None
+) -> tuple[int, str]:
+    """Size and checksum of a file on disk, in the same form :func:`atomic_write` reports.
+
+    Only a regular file is read (a link is followed, but a FIFO or a device at its end is
+    refused with :class:`~ckptdash.errors.NotARegularFile`, never blocked on). With ``limit``
+    (the size a record names) at most ``limit + 1`` bytes are read: a longer file comes back
+    with a size over the limit and is never read to its end.
+    """
+    fd, _st = open_regular(path, follow_symlinks=True)
     h = xxhash.xxh3_128()
     size = 0
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
+    left = -1 if limit is None else limit + 1
+    with os.fdopen(fd, "rb") as f:
+        while left and (block := f.read(chunk if left < 0 else min(chunk, left))):
             h.update(block)
             size += len(block)
+            left = left - len(block) if left > 0 else left
     return size, f"{CHECKSUM_ALGO}:{h.hexdigest()}"

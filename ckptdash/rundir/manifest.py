@@ -27,12 +27,16 @@ from typing import Final
 import msgspec
 import xxhash
 
+from ckptdash.events.fields import DECODE_ERRORS
 from ckptdash.rundir import TEMP_PREFIX, atomic_write, fsync_dir
 from ckptdash.rundir.hashing import CHECKSUM_ALGO
+from ckptdash.rundir.safe_read import open_regular, read_capped
 
 MANIFEST_NAME: Final = ".ckptdash-manifest.json"
 _CHUNK: Final = 4 << 20
 _MAX_THREADS: Final = 8
+MAX_MANIFEST_BYTES: Final = 64 << 20
+"""A manifest larger than this (about 400,000 files) is refused unread."""
 
 
 class ManifestEntry(msgspec.Struct, frozen=True, kw_only=True):
@@ -72,22 +76,28 @@ def _files(root: Path) -> list[str]:
     return sorted(out)
 
 
-def hash_file(path: str | os.PathLike[str], *, fsync: bool = False) -> tuple[int, str]:
+def hash_file(
+    path: str | os.PathLike[str], *, fsync: bool = False, limit: int | None = None
+) -> tuple[int, str]:
     """Size and ``xxh3_128:`` checksum of one file.
 
     The file is hashed through a read-only memory map: from cached pages that is two
     to three times faster than reading it into a buffer (no copy). Where a file cannot
-    be mapped (empty, or a filesystem without mmap) it is read in 4 MiB chunks.
+    be mapped (empty, or a filesystem without mmap) it is read in 4 MiB chunks. Only a
+    regular file is hashed (a FIFO or a device is refused with
+    :class:`~ckptdash.errors.NotARegularFile`, never blocked on); with ``limit`` (the size
+    the manifest lists) at most ``limit + 1`` bytes are.
     """
     h = xxhash.xxh3_128()
-    with open(path, "rb", buffering=0) as f:
+    fd, st = open_regular(path, follow_symlinks=True)
+    with open(fd, "rb", buffering=0) as f:
         if fsync:
             # Read-only descriptors cannot fsync on some filesystems; the data is written.
             with contextlib.suppress(OSError):
                 os.fsync(f.fileno())
-        size = os.fstat(f.fileno()).st_size
+        size = st.st_size if limit is None else min(st.st_size, limit + 1)
         try:
-            mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else None
+            mapped = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) if size else None
         except (OSError, ValueError):
             mapped = None
         if mapped is not None:
@@ -96,19 +106,28 @@ def hash_file(path: str | os.PathLike[str], *, fsync: bool = False) -> tuple[int
             return size, f"{CHECKSUM_ALGO}:{h.hexdigest()}"
         size = 0
         view = memoryview(bytearray(_CHUNK))
-        while n := f.readinto(view):
+        left = -1 if limit is None else limit + 1
+        while left and (n := f.readinto(view if left < 0 else view[: min(_CHUNK, left)])):
             h.update(view[:n])
             size += n
+            left = left - n if left > 0 else left
     return size, f"{CHECKSUM_ALGO}:{h.hexdigest()}"
 
 
-def _pool_map(root: Path, rels: list[str], *, fsync: bool) -> list[tuple[int, str]]:
+def _pool_map(
+    root: Path, rels: list[str], *, fsync: bool, limits: list[int] | None = None
+) -> list[tuple[int, str]]:
     # A pool per call, not a module-level one: a forked DataLoader worker would inherit it broken.
+    caps: list[int | None] = list(limits) if limits is not None else [None] * len(rels)
+
+    def one(i: int) -> tuple[int, str]:
+        return hash_file(root / rels[i], fsync=fsync, limit=caps[i])
+
     if len(rels) <= 1:
-        return [hash_file(root / r, fsync=fsync) for r in rels]
+        return [one(i) for i in range(len(rels))]
     workers = min(_MAX_THREADS, len(rels), max(2, os.cpu_count() or 2))
     with ThreadPoolExecutor(workers, thread_name_prefix="ckptdash-hash") as pool:
-        return list(pool.map(lambda r: hash_file(root / r, fsync=fsync), rels))
+        return list(pool.map(one, range(len(rels))))
 
 
 def build(root: str | os.PathLike[str]) -> Manifest:
@@ -154,12 +173,15 @@ def digest(data: bytes) -> str:
 def read(root: str | os.PathLike[str]) -> tuple[Manifest, str]:
     """The manifest inside ``root`` and the digest of its bytes.
 
-    Raises ``FileNotFoundError`` without one and ``ValueError`` when it does not parse.
+    Raises ``FileNotFoundError`` without one, :class:`~ckptdash.errors.NotARegularFile` for a
+    link, a FIFO, a device or one over :data:`MAX_MANIFEST_BYTES`, and ``ValueError`` when it
+    does not parse.
     """
-    data = (Path(root) / MANIFEST_NAME).read_bytes()
+    # The run's own file: never through a link, never a FIFO or a device, never unbounded.
+    data = read_capped(Path(root) / MANIFEST_NAME, MAX_MANIFEST_BYTES)
     try:
         return msgspec.json.decode(data, type=Manifest), digest(data)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+    except DECODE_ERRORS as exc:
         raise ValueError(f"{Path(root) / MANIFEST_NAME}: unreadable manifest ({exc})") from None
 
 
@@ -193,6 +215,8 @@ def verify(
         return f"manifest lists {manifest.size_bytes} bytes != recorded {size_bytes}"
     present = set(_files(base))
     for entry in manifest.files:
+        if entry.path.startswith("/") or ".." in entry.path.split("/"):
+            return f"{entry.path!r}: the manifest names a file outside the checkpoint"
         if entry.path not in present:
             return f"{entry.path} missing"
     for rel in sorted(present):
@@ -209,10 +233,12 @@ def verify(
         return None
     rels = [e.path for e in manifest.files]
     try:
-        results = _pool_map(base, rels, fsync=False)
+        results = _pool_map(base, rels, fsync=False, limits=[e.size_bytes for e in manifest.files])
     except OSError as exc:
         return f"{exc.filename or base} unreadable: {exc.strerror}"
-    for entry, (_size, checksum) in zip(manifest.files, results, strict=True):
+    for entry, (size, checksum) in zip(manifest.files, results, strict=True):
+        if size != entry.size_bytes:
+            return f"{entry.path} is {size} bytes, manifest says {entry.size_bytes} (changing?)"
         if checksum != entry.checksum:
             return f"{entry.path} changed (checksum does not match the manifest)"
     return None

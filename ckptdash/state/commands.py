@@ -57,6 +57,7 @@ def command_info(cid: str, c: Command) -> CommandInfo:
     if c.received is not None:
         rec = c.received[1]
         info.received_at, info.attempt = rec.t, rec.attempt
+        info.owner, info.spoofed = rec.owner or "", rec.spoofed
         info.command = info.command or rec.command
     if c.outcome is not None:
         out = c.outcome[1]

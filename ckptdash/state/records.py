@@ -181,6 +181,15 @@ class CommandInfo:
     detail: str = ""
     reason: str = ""
     error: str = ""
+    owner: str = ""
+    """The account that owned the command file when the job claimed it (``""``: unknown)."""
+    spoofed: bool = False
+    """The file's ``author`` names someone other than its owner."""
+
+    @property
+    def spoof_note(self) -> str:
+        """``" (written by bob: spoofed author)"`` for a spoofed command, else ``""``."""
+        return f" (written by {self.owner}: spoofed author)" if self.spoofed else ""
 
 
 @dataclass

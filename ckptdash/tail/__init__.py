@@ -41,6 +41,7 @@ from ckptdash.events import (
     decode_lines,
 )
 from ckptdash.rundir import EVENT_SUFFIX, RunDir, find_runs, is_temp_file
+from ckptdash.rundir.safe_read import open_regular
 from ckptdash.tail.batch import LOCATIONS, CommandFile, Location, TailBatch
 from ckptdash.tail.commands import CommandWatcher
 from ckptdash.tail.vouch import VOUCHED, decode_vouched, disagreement, first_run_id, foreign
@@ -310,7 +311,9 @@ class RunTailer:
         if size == cur.offset + cur.scanned:
             return
         try:
-            f = open(path, "rb")  # noqa: SIM115 - held across the yields below
+            # Held across the yields below. A regular file only: a FIFO (whose size reads 0
+            # until someone writes to it) or a device is reported, never blocked on.
+            f = os.fdopen(open_regular(path)[0], "rb")
         except FileNotFoundError:
             return
         except OSError as exc:

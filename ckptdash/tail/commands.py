@@ -14,9 +14,11 @@ from pathlib import Path
 from typing import TypeAlias
 
 from ckptdash.control import COMMAND_SUFFIX, is_not_a_command, read_command, safe_name
-from ckptdash.errors import MalformedControlFile, UnreadableControlFile
+from ckptdash.control.dirs import control_fd
+from ckptdash.errors import ControlError, MalformedControlFile, UnreadableControlFile
 from ckptdash.events import Command
 from ckptdash.rundir import RunDir
+from ckptdash.rundir.safe_read import open_dir
 from ckptdash.tail.batch import LOCATIONS, CommandFile, Location, TailBatch
 
 Report: TypeAlias = Callable[[str, str, OSError], TailBatch]
@@ -47,14 +49,14 @@ class CommandWatcher:
         once it can be listed again."""
         out = TailBatch()
         seen: dict[str, tuple[int, str]] = {}  # id -> (index of the furthest location, name)
-        dirs = (self.run_dir.inbox, self.run_dir.claimed, self.run_dir.done)
-        for index, directory in enumerate(dirs):
+        for index, location in enumerate(LOCATIONS):
             try:
-                names = os.listdir(directory)
+                names = _listing(self.run_dir, location)
             except FileNotFoundError:
                 continue
-            except OSError as exc:
-                out.extend(report(f"control/{LOCATIONS[index]}/", "list the folder", exc))
+            except (OSError, ControlError) as exc:
+                error = exc if isinstance(exc, OSError) else OSError(0, str(exc))
+                out.extend(report(f"control/{LOCATIONS[index]}/", "list the folder", error))
                 continue
             reported.discard((f"control/{LOCATIONS[index]}/", "list the folder"))
             for name in names:
@@ -91,6 +93,17 @@ class CommandWatcher:
             except FileNotFoundError:
                 continue  # renamed by a claimer just now: look in the next folder
         return None
+
+
+def _listing(run: RunDir, location: Location) -> list[str]:
+    """Names in ``control/<location>``, listed without following a link at either level: a
+    folder swapped for a link to someone's private folder is reported, never listed."""
+    with control_fd(run) as control:
+        fd = open_dir(location, dir_fd=control)
+    try:
+        return os.listdir(fd)
+    finally:
+        os.close(fd)
 
 
 def _read_command(path: Path, location: Location) -> _Known:

@@ -13,6 +13,7 @@ import re
 from typing import Final
 
 from ckptdash.events import CHECKPOINT_EVENTS, BadLine, Event, RunResumed, decode_line
+from ckptdash.rundir.safe_read import open_regular
 from ckptdash.tail.batch import TailBatch
 
 VOUCHED: Final = frozenset({*CHECKPOINT_EVENTS, RunResumed})
@@ -27,7 +28,8 @@ def first_run_id(events_dir: str, names: list[str], max_line: int) -> str | None
         if m is None or int(m.group(2)) != 0:
             continue
         try:
-            with open(os.path.join(events_dir, name), "rb") as f:
+            fd, _st = open_regular(os.path.join(events_dir, name))  # never blocks on a FIFO
+            with os.fdopen(fd, "rb") as f:
                 first = f.readline(max_line + 1)
         except OSError:
             return None

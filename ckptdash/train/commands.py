@@ -29,13 +29,17 @@ class Commands:
         # inbox after done/ is rejected, never applied twice.
         self.seen: set[str] = set()
         self._failures: set[tuple[str, str | None]] = set()
+        # Where the listing of the inbox stands: each check lists for a few ms at most.
+        self._scan = control.InboxScan()
 
     def claim(self, step: int) -> list[control.Claimed]:
         """Claim the inbox: the commands to apply at the next save (each recorded as
         received); replayed, malformed and expired ones are answered at once."""
         try:
             # A file that cannot be claimed stays pending: an event says so, once.
-            claimed_now = control.claim(self.run, on_problem=lambda r: self.failed(r, step))
+            claimed_now = control.claim(
+                self.run, on_problem=lambda r: self.failed(r, step), scan=self._scan
+            )
         except (CkptDashError, OSError) as exc:
             # The inbox being unusable must not end training: an event says why.
             self.failed(f"cannot take commands: {exc}", step)
@@ -53,7 +57,12 @@ class Commands:
                 continue
             self.seen.add(claimed.id)
             self._writer().emit(
-                CommandReceived, step=step, command_id=claimed.id, command=claimed.command_name
+                CommandReceived,
+                step=step,
+                command_id=claimed.id,
+                command=claimed.command_name,
+                owner=claimed.owner or None,
+                spoofed=claimed.spoofed,
             )
             if claimed.error is not None:
                 self.answer(claimed, CommandRejected, step, reason=claimed.error)

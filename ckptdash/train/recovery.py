@@ -36,18 +36,21 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
 from ckptdash import control
+from ckptdash.errors import CkptDashError
 from ckptdash.events import (
     CheckpointFailed,
     CheckpointRemoved,
     CheckpointStarted,
     CommandExpired,
     CommandRejected,
+    ControlFailed,
 )
 from ckptdash.rundir import TEMP_PREFIX, RunDir
 from ckptdash.rundir.writer import EventWriter
@@ -82,7 +85,14 @@ def recover(
     number and start: only leftovers older than it are touched. ``complete`` moves an
     answered command to ``done/`` (reporting, not raising, when it cannot).
     """
-    for orphan in control.orphans(run):
+    try:
+        left = control.orphans(run)
+    except (CkptDashError, OSError) as exc:  # claimed/ a link or another account's: say why
+        left = []
+        reason = control.safe_name(f"cannot settle the commands left in claimed/: {exc}")
+        warnings.warn(f"ckptdash: {reason}", RuntimeWarning, stacklevel=2)
+        writer.emit(ControlFailed, reason=reason)
+    for orphan in left:
         known = view.state.commands.get(orphan.id)
         if known is not None and known.status in _ANSWERED:
             pass  # its outcome is in the log already: only the move to done/ was missing

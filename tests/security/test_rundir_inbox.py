@@ -43,11 +43,11 @@ def kinds(run: Path, kind: str) -> list[Any]:
     return [e for e in events_of(run) if kind == e.KIND]
 
 
-def test_a_non_utf8_command_name_is_rejected_and_training_goes_on(tmp_path: Path) -> None:
-    """A command file whose name is not UTF-8 (or holds an ANSI escape) is answered with
-    command_rejected naming it safely, moved out of the inbox, and training goes on to apply
-    the next command; a later attempt starts although such a file waits in claimed/, and
-    ``ckptdash status`` prints the run."""
+def test_a_non_utf8_file_name_is_left_alone_and_training_goes_on(tmp_path: Path) -> None:
+    """A file in the inbox whose name is not UTF-8 (or holds an ANSI escape) is not a command
+    name: the job never claims or moves it and goes on to apply the real command; the state
+    the dashboard shows lists it as malformed under a safe ``\\xNN`` name; a later attempt
+    starts although such a file waits in claimed/, and ``ckptdash status`` prints the run."""
     run = tmp_path / "run"
     rd = RunDir(run)
     rd.ensure()
@@ -59,19 +59,18 @@ def test_a_non_utf8_command_name_is_rejected_and_training_goes_on(tmp_path: Path
 
     first = train(run)
     assert first.returncode == 0, first.stderr[-3000:]
-    rejected = {e.command_id: e.reason for e in kinds(run, "command_rejected")}
-    assert {"\\xff\\xfe", "\\x1b[2Jcls"} <= set(rejected)
     applied = [e.command_id for e in kinds(run, "command_applied")]
     assert applied == [stop.id]
-    assert os.listdir(inbox) == []
+    assert sorted(os.listdir(inbox)) == [b"\x1b[2Jcls.json", b"\xff\xfe.json"]
+    shown = load_state(run).commands
+    assert {shown[c].status for c in ("\\xff\\xfe", "\\x1b[2Jcls")} == {"malformed"}
 
-    # A claimer that died left one such file in claimed/: the next attempt answers it.
+    # Junk in claimed/ (planted, or left by a claimer that died): the next attempt starts.
     with open(os.path.join(os.fsencode(rd.claimed), b"\xfforphan.json"), "wb") as f:
         f.write(b"{}")
     stop2 = control.issue(run, "stop_after_save")
     second = train(run)
     assert second.returncode == 0, second.stderr[-3000:]
-    assert "\\xfforphan" in {e.command_id for e in kinds(run, "command_rejected")}
     assert stop2.id in {e.command_id for e in kinds(run, "command_applied")}
     assert cli(["status", str(run)]) == 0
     assert cli(["status", str(run), "--json"]) == 0
@@ -173,9 +172,8 @@ def test_settings_json_as_a_symlink_is_refused_with_an_event(tmp_path: Path) -> 
 
 
 def test_a_flood_of_junk_in_the_inbox_costs_one_step_little(tmp_path: Path) -> None:
-    """2,000 junk files in the inbox: one check claims a bounded batch (the real command,
-    issued last, first of all) and takes well under a second; later checks answer the rest,
-    none is dropped."""
+    """2,000 junk files in the inbox: the first check claims the real command (issued last)
+    and takes well under a second; the junk is never claimed, moved or answered."""
     run = tmp_path / "run"
     rd = RunDir(run)
     rd.ensure()
@@ -188,12 +186,9 @@ def test_a_flood_of_junk_in_the_inbox_costs_one_step_little(tmp_path: Path) -> N
         took = time.perf_counter() - began
         assert decision is not None and decision.trigger == "manual"
         assert took < 1.0, f"one check took {took:.2f} s"  # 2.8 s when it claimed all 2,000
-        assert len(os.listdir(rd.inbox)) > 1900
         monitor.save({"step": 1})
-        step = 2
-        while os.listdir(rd.inbox) and step < 1000:
+        for step in range(2, 50):
             monitor.step(step)
-            step += 1
-    assert os.listdir(rd.inbox) == []
-    assert len(kinds(run, "command_rejected")) == 2000
+    assert len(os.listdir(rd.inbox)) == 2000
+    assert kinds(run, "command_rejected") == []
     assert [e.command_id for e in kinds(run, "command_applied")] == [cmd.id]

@@ -115,3 +115,23 @@ def test_newlines_in_event_strings_cannot_forge_status_lines(tmp_path: Path) -> 
         "next attempt resumes from",
         "because",
     ]
+
+
+INVISIBLE = ("\u200b", "\u200d", "\u2060", "\ufeff", "\u00ad", "\U000e0041")  # ZWSP ... tag A
+
+
+def test_invisible_characters_in_run_names_are_escaped(tmp_path: Path) -> None:
+    """Run folders named ``exp1`` with a zero-width space, a zero-width joiner, a word joiner,
+    a BOM, a soft hyphen or a tag character inside: ``ckptdash status RUNS/`` prints each name
+    with a visible escape (no two rows read ``exp1``), since everything ``str.isprintable()``
+    rejects except newline and tab is escaped."""
+    runs = tmp_path / "RUNS"
+    for mark in ("", *INVISIBLE):
+        with EventWriter(runs / f"exp{mark}1", attempt=0) as w:
+            w.emit(ev.RunStarted, step=0)
+    out = _ckptdash("status", str(runs), "--no-scheduler").stdout.decode()
+    names = [line.split()[0] for line in out.splitlines()[1:] if line.startswith("exp")]
+    assert len(names) == len(set(names)) == 1 + len(INVISIBLE)
+    assert all(c.isprintable() for name in names for c in name)
+    assert "exp\\u200b1" in names and "exp\\udb40\\udc411" in names
+    assert printable("tab\tand newline\n") == "tab\tand newline\n"

@@ -327,7 +327,7 @@ def render_commands(snap: RunSnapshot, limit: int) -> str:
         )
         rows.append(
             f"<tr><td>{fmt.clock(c.issued_at or c.received_at)}</td>"
-            f"<td>{esc(c.command or '?')}</td><td>{esc(c.author or '?')}</td>"
+            f"<td>{esc(c.command or '?')}</td><td>{esc((c.author or '?') + c.spoof_note)}</td>"
             f"<td class='st st-{esc(c.status)}'>{esc(c.status)}</td>"
             f"<td>{shown}</td></tr>"
         )
