@@ -24,6 +24,7 @@ T0 = 1_764_430_000.0
 
 # Every kind with every field set away from its default; a new kind must be added here.
 SAMPLES: dict[str, dict[str, Any]] = {
+    "logger_attached": {"logger": "wandb", "id": "ckptdash-3f2a91c0d4e1", "redone": "dropped"},
     "run_started": {
         "scheduler": "slurm",
         "job_id": "4242",
@@ -391,6 +392,14 @@ def test_temp_and_nfs_files_in_the_inbox_are_ignored(run_dir: RunDir) -> None:
     assert RunTailer(run_dir).poll().commands == []
 
 
+def _folder(directory: Any) -> Path:
+    """The folder ``os.listdir`` was given: a path, or a held directory descriptor (the control
+    folders are listed through descriptors, never through a path a link could redirect)."""
+    if isinstance(directory, int):
+        return Path(os.readlink(f"/proc/self/fd/{directory}"))
+    return Path(directory)
+
+
 def test_command_file_moving_during_the_listing_is_followed(
     run_dir: RunDir, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -400,9 +409,9 @@ def test_command_file_moving_during_the_listing_is_followed(
     real_listdir = os.listdir
 
     def stale(directory: Any) -> list[str]:  # the listing as it was just before the claim
-        if Path(directory) == run_dir.inbox:
+        if _folder(directory) == run_dir.inbox:
             return [path.name]
-        if Path(directory) == run_dir.claimed:
+        if _folder(directory) == run_dir.claimed:
             return []
         return real_listdir(directory)
 
@@ -418,7 +427,7 @@ def test_command_file_vanishing_is_looked_for_at_the_next_poll(
 
     def ghost(directory: Any) -> list[str]:
         names = real_listdir(directory)
-        return [*names, "c1.json"] if Path(directory) == run_dir.inbox else names
+        return [*names, "c1.json"] if _folder(directory) == run_dir.inbox else names
 
     monkeypatch.setattr(os, "listdir", ghost)
     tailer = RunTailer(run_dir)

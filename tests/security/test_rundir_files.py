@@ -24,6 +24,7 @@ from ckptdash.cli import main as cli
 from ckptdash.dash.feed.follow import RunWatcher
 from ckptdash.errors import ControlError, MalformedControlFile, RunDirError
 from ckptdash.events import BadLine, decode_command, decode_line
+from ckptdash.humanize import short_id
 from ckptdash.rundir import RunDir
 from ckptdash.rundir.manifest import MANIFEST_NAME
 from ckptdash.state.reading import load_state
@@ -207,7 +208,7 @@ def test_status_shows_a_spoofed_author(tmp_path: Path, capsys: pytest.CaptureFix
         monitor.save({"step": 5})
     capsys.readouterr()
     assert cli(["status", str(run), "--no-scheduler"]) == 0
-    (line,) = [ln for ln in capsys.readouterr().out.splitlines() if cmd.id in ln]
+    (line,) = [ln for ln in capsys.readouterr().out.splitlines() if short_id(cmd.id) in ln]
     me = control.author_user(control.user_at_host())
     assert f"by mallory@evil (dashboard) (written by {me}: spoofed author)" in line
     received = [
