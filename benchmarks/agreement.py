@@ -68,7 +68,7 @@ def _worker(rank: int, tmp: str, calls: int, reps: int) -> None:
         def check() -> None:
             nonlocal step
             step += 1
-            session._countdown = 1  # due now: boundary() runs the whole check
+            session._cadence.check_in(1)  # due now: boundary() runs the whole check
             session.boundary(step, 0, None)
 
         variants = {"agree_max": agree, "all_reduce": bare, "check": check}

@@ -92,3 +92,16 @@ def test_the_cycle_check_finds_a_cycle() -> None:
     """The check itself: a loop of three is one cycle; a chain is none."""
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
+
+
+def test_modules_stay_small_and_the_top_level_stays_a_front_door() -> None:
+    """No module passes 500 lines (one that does holds two jobs), and at most 15 modules sit
+    directly in ``ckptdash/``: everything else lives in the folder of its idea."""
+    long = {
+        str(p.relative_to(PKG)): n
+        for p in PKG.rglob("*.py")
+        if (n := len(p.read_text().splitlines())) > 500
+    }
+    assert long == {}
+    top = sorted(p.name for p in PKG.glob("*.py"))
+    assert len(top) <= 15, top

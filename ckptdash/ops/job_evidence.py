@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import re
 import stat
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -127,3 +128,39 @@ def _first_line(path: Path) -> tuple[int, bytes] | None:
     if end < 0:
         return None
     return st.st_uid, data[: end + 1]
+
+
+_USER_ID: Final = re.compile(r"^(.*)\((\d+)\)$")  # UserId=alice(1001)
+
+
+def refusal(job: str, fields: Mapping[str, str], run_root: str | os.PathLike[str] | None) -> str:
+    """Why ckptdash may not act on SLURM job ``job``, whose ``scontrol show job`` said
+    ``fields`` ("" when it may): the rule of :func:`ckptdash.ops.slurm.verify_job`."""
+    array = f"{fields.get('ArrayJobId', '')}_{fields.get('ArrayTaskId', '')}"
+    if job not in (fields.get("JobId"), array):
+        return (
+            f"slurm job {job}: `scontrol show job {job}` answered about job"
+            f" {fields.get('JobId', '?')}: not acting on it"
+        )
+    match = _USER_ID.match(fields.get("UserId", ""))
+    if match is None:
+        return (
+            f"slurm job {job}: SLURM did not say whose job it is (UserId"
+            f" {fields.get('UserId', 'missing')!r}): not acting on it"
+        )
+    user, uid = match.group(1), int(match.group(2))
+    me = os.geteuid()
+    if uid != me:
+        return (
+            f"slurm job {job} belongs to {user} (uid {uid}), not to you (uid {me}): ckptdash"
+            " acts only on your own jobs"
+        )
+    if run_root is not None:
+        why = gather(run_root, job).refusal(job, uid)
+        if why:
+            return (
+                f"slurm job {job}: not started by the run {os.fspath(run_root)}: {why}; not"
+                " acting on it (if it is yours, name it: `ckptdash requeue RUN_DIR --job"
+                f" {job} ...`)"
+            )
+    return ""

@@ -89,7 +89,6 @@ _UNAVAILABLE = (
 _UNKNOWN_JOB = "Invalid job id specified"
 _JOB_ID = re.compile(r"^\d+(_\d+)?$")
 _KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_:/]*)=")
-_USER_ID = re.compile(r"^(.*)\((\d+)\)$")  # UserId=alice(1001)
 
 Runner = Callable[[Sequence[str], float], tuple[int, str]]
 """Runs argv with a timeout; returns (exit status, stdout+stderr). Raises OSError if absent."""
@@ -326,36 +325,7 @@ def verify_job(
 def refusal(view: JobView, *, run_root: str | os.PathLike[str] | None = None) -> str:
     """Why ckptdash may not act on the job SLURM described as ``view`` ("" when it may): the
     rule of :func:`verify_job`, for a view already asked for (the dashboard's refresh)."""
-    job = view.job_id
-    fields = view.fields
-    array = f"{fields.get('ArrayJobId', '')}_{fields.get('ArrayTaskId', '')}"
-    if job not in (fields.get("JobId"), array):
-        return (
-            f"slurm job {job}: `scontrol show job {job}` answered about job"
-            f" {fields.get('JobId', '?')}: not acting on it"
-        )
-    match = _USER_ID.match(fields.get("UserId", ""))
-    if match is None:
-        return (
-            f"slurm job {job}: SLURM did not say whose job it is (UserId"
-            f" {fields.get('UserId', 'missing')!r}): not acting on it"
-        )
-    user, uid = match.group(1), int(match.group(2))
-    me = os.geteuid()
-    if uid != me:
-        return (
-            f"slurm job {job} belongs to {user} (uid {uid}), not to you (uid {me}): ckptdash"
-            " acts only on your own jobs"
-        )
-    if run_root is not None:
-        why = job_evidence.gather(run_root, job).refusal(job, uid)
-        if why:
-            return (
-                f"slurm job {job}: not started by the run {os.fspath(run_root)}: {why}; not"
-                " acting on it (if it is yours, name it: `ckptdash requeue RUN_DIR --job"
-                f" {job} ...`)"
-            )
-    return ""
+    return job_evidence.refusal(view.job_id, view.fields, run_root)
 
 
 def hold(job_id: str, *, runner: Runner | None = None) -> JobView:

@@ -22,7 +22,7 @@ import statistics
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 from ckptdash import control
 from ckptdash.events import AnomalyDetected
@@ -158,3 +158,14 @@ def respond(run: RunDir, writer: EventWriter, found: Anomaly, action: AnomalyAct
     if action == "record":
         return 0
     return 2 if pinned is not None else 1
+
+
+def numeric(metrics: Mapping[str, Any] | None) -> dict[str, float]:
+    """The metrics that are numbers, as floats (what a heartbeat records; others are left out)."""
+    out: dict[str, float] = {}
+    for name, value in (metrics or {}).items():
+        try:
+            out[str(name)] = float(value)
+        except (TypeError, ValueError):
+            continue
+    return out

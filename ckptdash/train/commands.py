@@ -31,6 +31,8 @@ class Commands:
         self._failures: set[tuple[str, str | None]] = set()
         # Where the listing of the inbox stands: each check lists for a few ms at most.
         self._scan = control.InboxScan()
+        self.waiting: list[control.Claimed] = []
+        """Claimed commands waiting for the save that was decided for them (rank 0)."""
 
     def claim(self, step: int) -> list[control.Claimed]:
         """Claim the inbox: the commands to apply at the next save (each recorded as
@@ -71,6 +73,19 @@ class Commands:
             else:
                 accepted.append(claimed)
         return accepted
+
+    def answer_waiting(
+        self,
+        step: int,
+        kind: type[Any],
+        also: list[control.Claimed] | None = None,
+        **fields: Any,
+    ) -> None:
+        """Answer every command waiting for the decided save (and ``also``) with ``kind``:
+        applied when it was made, rejected when it failed, expired when training ended."""
+        waiting, self.waiting = [*self.waiting, *(also or [])], []
+        for claimed in waiting:
+            self.answer(claimed, kind, step, **fields)
 
     def answer(self, claimed: control.Claimed, kind: type[Any], step: int, **fields: Any) -> None:
         """Record the command's outcome (``kind`` with ``fields``), then move it to ``done/``."""

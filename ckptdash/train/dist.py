@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 from typing import Any, TypeVar
 
+from ckptdash.errors import ConfigError
+
 T = TypeVar("T")
 
 
@@ -88,3 +90,17 @@ def broadcast_object(obj: T) -> T:
     box: list[Any] = [obj]
     torch_dist.broadcast_object_list(box, src=0)
     return box[0]  # type: ignore[no-any-return]
+
+
+def check_initialised(world: int) -> None:
+    """Refuse to run ranks that would each decide alone: a launcher started several ranks
+    (``WORLD_SIZE``) but the process group is not initialised, so a signal on one rank would
+    stop it and leave the others hanging in their next collective."""
+    launched = launched_world_size()
+    if world == 1 and launched > 1:
+        raise ConfigError(
+            f"the launcher started {launched} ranks (WORLD_SIZE={launched}) but"
+            " torch.distributed is not initialised: call"
+            " torch.distributed.init_process_group() before creating ckptdash.Monitor,"
+            " so that all ranks agree on when to save and stop"
+        )

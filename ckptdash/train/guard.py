@@ -35,12 +35,16 @@ left behind — only once the guard has established that nobody else is writing.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, NoReturn
 
-from ckptdash.events import Event, RunStarted
+from ckptdash.errors import RunDirError
+from ckptdash.events import Event, RunFailed, RunStarted
 from ckptdash.rundir import RunDir
+from ckptdash.rundir.writer import EventWriter
 from ckptdash.state.records import AttemptInfo
 from ckptdash.train import dist
 from ckptdash.train.logview import LogView
@@ -159,3 +163,18 @@ def _describe(a: AttemptInfo) -> str:
 
 def _ago(t: float | None, now: float) -> str:
     return "?" if t is None else f"{max(0.0, now - t):.0f} s"
+
+
+def refuse_to_start(writer: EventWriter | None, message: str, *, recorded: bool) -> NoReturn:
+    """Raise the refusal (``RunDirError``), recording it as ``run_failed`` if ``run_started``
+    was already written (``recorded``); otherwise an event file left empty is removed, so a
+    refused attempt leaves no trace."""
+    if writer is not None:
+        if recorded:
+            writer.emit(RunFailed, error=f"refused to start: {message}")
+        writer.close()
+        if not recorded:
+            with contextlib.suppress(OSError):
+                if os.stat(writer.path).st_size == 0:
+                    os.unlink(writer.path)
+    raise RunDirError(message)

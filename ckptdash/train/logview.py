@@ -56,6 +56,24 @@ class LogView:
         self._apply(batch.events)
         self.state.apply(batch)
 
+    def received_commands(self) -> set[str]:
+        """Ids of the commands an attempt of this run has already received (or that wait in
+        ``claimed/``): a file copied back into the inbox is rejected, never applied twice."""
+        return {
+            cid
+            for cid, c in self.state.commands.items()
+            if c.received_at is not None or c.resolved_at is not None or c.location == "claimed"
+        }
+
+    def highest_step_before(self, attempt: int) -> int | None:
+        """The highest step an attempt before ``attempt`` was seen at (None: none was)."""
+        steps = [
+            a.step
+            for a in self.state.attempts.values()
+            if a.attempt < attempt and a.step is not None
+        ]
+        return max(steps, default=None)
+
     def _apply(self, events: list[Event]) -> None:
         latest = self.checkpoints
         for ev in events:

@@ -19,18 +19,14 @@ directory's settings at that moment, so a click just before preemption counts).
 
 from __future__ import annotations
 
-import contextlib
 import os
 import socket
-import sys
-import threading
 import time
 import traceback
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from ckptdash import control
-from ckptdash.errors import RunDirError
 from ckptdash.events import (
     CheckpointDirDeclared,
     CheckpointSaved,
@@ -51,11 +47,12 @@ from ckptdash.rundir.writer import EventWriter
 from ckptdash.train import anomaly, crash_loop, dist, requeue, resuming
 from ckptdash.train.announce import announce_stream, announcement
 from ckptdash.train.attempts import attempt_number
+from ckptdash.train.cadence import Cadence
 from ckptdash.train.commands import Commands
-from ckptdash.train.config import ConfigError, SignalAction, TrainConfig
+from ckptdash.train.config import SignalAction, TrainConfig
 from ckptdash.train.decision import ACTION_CODE, REQUEUE, Decision, Pending, decide
 from ckptdash.train.fresh import consume_fresh_request, fresh_start
-from ckptdash.train.guard import Claimant, RunGuard
+from ckptdash.train.guard import Claimant, RunGuard, refuse_to_start
 from ckptdash.train.pulse import Pulser
 from ckptdash.train.recovery import recover
 from ckptdash.train.scheduler import Scheduler, detect
@@ -88,16 +85,8 @@ class Session:
         self.scheduler = scheduler or detect(requeue_command=config.requeue_command)
         self.rank = dist.rank() if rank is None else rank
         self.world_size = dist.world_size() if world_size is None else world_size
-        launched = dist.launched_world_size()
-        if world_size is None and self.world_size == 1 and launched > 1:
-            # Without the process group every rank would decide alone: a signal on one rank
-            # would stop it and leave the others hanging in their next collective.
-            raise ConfigError(
-                f"the launcher started {launched} ranks (WORLD_SIZE={launched}) but"
-                " torch.distributed is not initialised: call"
-                " torch.distributed.init_process_group() before creating ckptdash.Monitor,"
-                " so that all ranks agree on when to save and stop"
-            )
+        if world_size is None:
+            dist.check_initialised(self.world_size)
         self.host = socket.gethostname()
         self.attempt = dist.broadcast_int(
             attempt_number(self.run, self.scheduler) if self.rank == 0 else 0
@@ -121,17 +110,10 @@ class Session:
             config.anomaly_metric, config.anomaly_factor, config.anomaly_window
         )
         self.commands = Commands(self.run, lambda: self.writer)
-        self._in_flight: list[control.Claimed] = []  # waiting for the decided save
-        self._countdown = 1
-        self._check_every = 1
-        self._last_check_step: int | None = None
-        self._last_check_time = 0.0
-        self._next_poll = 0.0
-        self._next_heartbeat = 0.0
+        self._cadence = Cadence(
+            config.agree_interval_s, config.poll_interval_s, config.heartbeat_interval_s
+        )
         self._max_steps: int | None = None
-        # At this step and the next every boundary is an agreement: a signal in the last step
-        # is acted on by all ranks instead of ending training unseen between two agreements.
-        self._always_check_from = sys.maxsize
         self._started = False
         self._closed = False
         self._pulser: Pulser | None = None
@@ -174,9 +156,6 @@ class Session:
             return
         self._started = True
         self._max_steps = max_steps
-        if max_steps:
-            # max_steps - 1: a loop's last step index; Lightning counts max_steps after it.
-            self._always_check_from = max_steps - 1
         run_guard = RunGuard(
             Claimant(
                 run=self.run,
@@ -212,19 +191,8 @@ class Session:
         if asked:
             consume_fresh_request(self.run)
         if self.rank == 0 and started is not None and run_guard.view is not None:
-            self.commands.seen = {
-                cid
-                for cid, c in run_guard.view.state.commands.items()
-                if c.received_at is not None or c.resolved_at is not None or c.location == "claimed"
-            }
-            self.earlier_step = max(
-                (
-                    a.step
-                    for a in run_guard.view.state.attempts.values()
-                    if a.attempt < self.attempt and a.step is not None
-                ),
-                default=None,
-            )
+            self.commands.seen = run_guard.view.received_commands()
+            self.earlier_step = run_guard.view.highest_step_before(self.attempt)
             # Orphaned commands, interrupted saves.
             recover(
                 self.run,
@@ -238,7 +206,7 @@ class Session:
         if install_signals:
             self.signals.install()
             self.announce_signals()
-        self._last_check_time = time.monotonic()
+        self._cadence.start(time.monotonic(), max_steps)
         if self.config.pulse_interval_s > 0:
             self._pulser = Pulser(
                 lambda: self.step,
@@ -250,17 +218,8 @@ class Session:
     def _refuse(self, message: str, *, recorded: bool) -> None:
         """Refuse to start beside another live job (every rank): this session writes nothing
         more (Lightning calls teardown -> close() even when setup raised)."""
-        writer = self._writer
-        if writer is not None:
-            if recorded:
-                writer.emit(RunFailed, error=f"refused to start: {message}")
-            writer.close()
-            if not recorded:
-                with contextlib.suppress(OSError):
-                    if os.stat(writer.path).st_size == 0:
-                        os.unlink(writer.path)  # nothing written: leave no trace
         self._closed = True
-        raise RunDirError(message)
+        refuse_to_start(self._writer, message, recorded=recorded)
 
     def also_handle(self, name: str, action: SignalAction) -> None:
         """Handle signal ``name`` with ``action`` too (before the handlers are installed), e.g.
@@ -334,10 +293,12 @@ class Session:
         if self._pulser is not None:
             self._pulser.stop()
         if self.rank == 0:
-            for claimed in self._in_flight + self._pending.commands:
-                self._answer(
-                    claimed, CommandExpired, reason="training ended before the command was applied"
-                )
+            self.commands.answer_waiting(
+                self.step,
+                CommandExpired,
+                also=self._pending.commands,
+                reason="training ended before the command was applied",
+            )
         # A signal since the last agreement (after the last step, or during it without a
         # known max_steps) has nothing left to act on, but is recorded on the rank it reached.
         self._take_signals()
@@ -360,32 +321,22 @@ class Session:
             self._writer.sync()
 
     def _requeue_if_asked_since_terminating(self) -> None:
-        """Signals add up until the attempt ends, not only until the check that decided.
-
-        A terminate signal followed a moment later by a requeue signal is one preemption:
-        SLURM with ``PreemptParameters=send_user_signal``, and submitit's own
-        ``job._interrupt()``, send SIGTERM and then the requeue signal, one ``scancel``
-        apart (6-105 ms measured on the SLURM tier). So an attempt a terminate signal
-        stopped waits up to :data:`LATE_REQUEUE_WINDOW_S` for one, with its handlers still
-        installed (after them, the requeue signal's default action would kill it), and
-        then requeues: the save is made. Every rank waits; rank 0 requeues.
-        """
+        """A terminate signal followed by a requeue signal before the attempt ends is one
+        preemption (:func:`~ckptdash.train.requeue.late_requeue_signal`): requeue after the
+        one save. Every rank waits; rank 0 requeues."""
         if self.stop_reason != "terminated" or not self.scheduler.can_requeue:
             return
         if all(ACTION_CODE[a] < REQUEUE for a in self._actions.values()):
             return
-        deadline = time.monotonic() + LATE_REQUEUE_WINDOW_S
-        pause = threading.Event()  # never set: short pauses between looks
-        while True:
-            self._take_signals()
-            if self._pending.signal_code >= REQUEUE:
-                break
-            if time.monotonic() >= deadline:
-                return
-            pause.wait(0.01)
+        if not requeue.late_requeue_signal(self._late_signal_code, LATE_REQUEUE_WINDOW_S):
+            return
         if self.rank == 0:
             self._requeue()
         self.stop_reason = "preempted"
+
+    def _late_signal_code(self) -> int:
+        self._take_signals()
+        return self._pending.signal_code
 
     def _requeue(self) -> None:
         """Requeue the job unless the policy refuses; record which (rank 0)."""
@@ -424,12 +375,7 @@ class Session:
         Lightning's ``callback_metrics`` costs ~20 µs, more than the whole no-op path.
         """
         self.step = step
-        self._countdown -= 1
-        if (
-            self._countdown > 0
-            and not self._always_check_from <= step <= self._always_check_from + 1
-            and not (self.world_size == 1 and self.signals.received)
-        ):
+        if not self._cadence.due(step) and not (self.world_size == 1 and self.signals.received):
             return None
         self.epoch = epoch
         return self._check(metrics)
@@ -461,14 +407,12 @@ class Session:
         self, metrics: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None
     ) -> Decision | None:
         now = time.monotonic()
-        self._retune(now)
+        self._cadence.retune(self.step, now)
         self._take_signals()
         if self.rank == 0:
-            if now >= self._next_poll:
-                self._next_poll = now + self.config.poll_interval_s
+            if self._cadence.poll_due(now):
                 self._take_commands()
-            if now >= self._next_heartbeat:
-                self._next_heartbeat = now + self.config.heartbeat_interval_s
+            if self._cadence.heartbeat_due(now):
                 self._heartbeat(metrics() if callable(metrics) else metrics)
         pending = self._pending
         signal_code, manual, stop, check_every, bad = dist.agree_max(
@@ -476,13 +420,12 @@ class Session:
                 pending.signal_code,
                 int(pending.manual),
                 int(pending.stop),
-                self._check_every,
+                self._cadence.check_every,
                 pending.anomaly,
             ]
         )
-        self._check_every = max(1, check_every)
-        self._countdown = self._check_every
-        self._in_flight.extend(pending.commands)
+        self._cadence.agreed(check_every)
+        self.commands.waiting.extend(pending.commands)
         self._pending = Pending()
         decision = decide(signal_code, manual, stop, bad, exit_on_signal=self.config.exit_on_signal)
         if decision is not None:
@@ -490,16 +433,6 @@ class Session:
             # nothing new leaves it for the caller's save; a new decision replaces it.
             self.decision = decision
         return decision
-
-    def _retune(self, now: float) -> None:
-        # Derive the number of steps between checks from the measured step time, so the
-        # collective runs about once per agree_interval_s rather than once per step.
-        if self._last_check_step is not None and self.step > self._last_check_step:
-            step_time = (now - self._last_check_time) / (self.step - self._last_check_step)
-            target = self.config.agree_interval_s / max(step_time, 1e-6)
-            self._check_every = int(min(max(target, 1), 10_000))
-        self._last_check_step = self.step
-        self._last_check_time = now
 
     def release_signals(self) -> None:
         """Put the handlers from before back, recording every signal they still hold."""
@@ -523,7 +456,7 @@ class Session:
             self._pending.commands.append(claimed)
 
     def _heartbeat(self, metrics: Mapping[str, Any] | None) -> None:
-        numeric = _numeric(metrics)
+        numeric = anomaly.numeric(metrics)
         self.writer.emit(
             Heartbeat,
             step=self.step,
@@ -550,10 +483,7 @@ class Session:
         decision = self.decision
         self.decision = None
         where = saved.path if saved is not None else (path or "")
-        if self.rank == 0:
-            for claimed in self._in_flight:
-                self._answer(claimed, CommandApplied, detail=where)
-        self._in_flight = []
+        self.commands.answer_waiting(self.step, CommandApplied, detail=where)
         if decision is None:
             return
         if decision.requeue and self.rank == 0:
@@ -566,20 +496,4 @@ class Session:
     def save_failed(self, error: BaseException) -> None:
         """A decided save failed: reject the commands waiting on it, keep training."""
         self.decision = None
-        if self.rank == 0:
-            for claimed in self._in_flight:
-                self._answer(claimed, CommandRejected, reason=f"save failed: {error}")
-        self._in_flight = []
-
-    def _answer(self, claimed: control.Claimed, kind: type[Any], **fields: Any) -> None:
-        self.commands.answer(claimed, kind, self.step, **fields)
-
-
-def _numeric(metrics: Mapping[str, Any] | None) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for name, value in (metrics or {}).items():
-        try:
-            out[str(name)] = float(value)
-        except (TypeError, ValueError):
-            continue  # a metric that is not a number is left out of heartbeats
-    return out
+        self.commands.answer_waiting(self.step, CommandRejected, reason=f"save failed: {error}")
