@@ -89,7 +89,7 @@ _REQUIRED = {
     "error": "e", "trigger": "periodic", "size_bytes": 1, "duration_s": 0.1,
     "signal": "SIGUSR2", "command_id": "c1", "command": "save_now", "error_type": "E",
     "message": "m", "metric": "loss", "value": 1.0,
-    "alert": "hung", "since": 1.0, "action": "requeue", "ok": True,
+    "alert": "hung", "since": 1.0, "action": "requeue", "ok": True, "logger": "tensorboard",
 }  # fmt: skip
 
 
