@@ -18,7 +18,7 @@ folder of 1,000 runs; ``--quick`` keeps the baseline, 64 × 1 h and a folder of 
 deleted after, under ``benchmarks/out/`` (gitignored). Results: ``benchmarks/out/scale.json``
 and ``scale.md``.
 
-    .venv/bin/python benchmarks/scale.py [--quick | --full] [--reps N]
+    .venv/bin/python benchmarks/scale.py [--quick | --full] [--reps N] [--size '1,000 runs']
     .venv/bin/python benchmarks/run.py --only scale [--quick | --full]
 """
 
@@ -236,7 +236,7 @@ def _say(what: str) -> None:
     print(f"  scale: {what}", file=sys.stderr, flush=True)
 
 
-def run(quick: bool, full: bool = False, reps: int = 3) -> list[Row]:
+def run(quick: bool, full: bool = False, reps: int = 3, only: list[str] | None = None) -> list[Row]:
     OUT.mkdir(exist_ok=True)
     results: list[dict[str, object]] = []
     rows: list[Row] = []
@@ -244,7 +244,10 @@ def run(quick: bool, full: bool = False, reps: int = 3) -> list[Row]:
     with tempfile.TemporaryDirectory(prefix="scale-", dir=OUT) as tmp:
         where = Path(tmp)
         base = generate(where, BASELINE)
-        for size in sizes(quick, full):
+        chosen = sizes(quick, full)
+        if only:
+            chosen = [x for x in sizes(False, True) if any(o in x.label for o in only)]
+        for size in chosen:
             start = time.perf_counter()
             data = generate(where, size)
             gen_s = time.perf_counter() - start
@@ -291,8 +294,14 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument("--quick", action="store_true", help="baseline, 64 × 1 h, 20 runs (< 2 min)")
     mode.add_argument("--full", action="store_true", help="add the 24 h runs and 1,000 runs (GBs)")
     parser.add_argument("--reps", type=int, default=3, help="repetitions of each timing (3)")
+    parser.add_argument(
+        "--size",
+        action="append",
+        metavar="TEXT",
+        help="only the sizes whose label contains TEXT (repeatable), e.g. --size '1,000 runs'",
+    )
     args = parser.parse_args(argv)
-    rows = run(args.quick, args.full, max(1, args.reps))
+    rows = run(args.quick, args.full, max(1, args.reps), args.size)
     print(table(rows))
     print(f"(also {OUT / 'scale.json'} and {OUT / 'scale.md'})")
     return 0
