@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/run.py            # the full suite (a few minutes)
     .venv/bin/python benchmarks/run.py --quick    # a smoke version (under a minute)
     .venv/bin/python benchmarks/run.py --only ingest --only save_cost
+    .venv/bin/python benchmarks/run.py --only scale --full   # + the 24 h runs (GBs, an hour)
 
 Each figure is measured against its baseline in the same run, the two taking
 turns; ``ratio`` is always the ckptdash figure divided by the baseline's.
@@ -36,15 +37,23 @@ BENCHMARKS = (
     "hf_step_overhead",
     "idle_watch",
     "inbox_flood",
+    "scale",
 )
 # Benchmarks that take --device (the others measure the CPU side only).
 ON_DEVICE = ("async_save",)
+# Benchmarks with sizes too big for the default run (GBs of generated data): only with --full.
+TAKES_FULL = ("scale",)
 OUT = Path(__file__).resolve().parent / "out"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer repetitions")
+    parser.add_argument(
+        "--full",
+        action="store_true",
+        help=f"also the biggest sizes of {', '.join(TAKES_FULL)} (GBs of generated data)",
+    )
     parser.add_argument(
         "--only",
         action="append",
@@ -69,7 +78,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"running {name} …", file=sys.stderr, flush=True)
             try:
                 bench: Callable[..., list[Row]] = importlib.import_module(name).run
-                extra = {"device": args.device} if name in ON_DEVICE else {}
+                extra: dict[str, object] = {"device": args.device} if name in ON_DEVICE else {}
+                if name in TAKES_FULL:
+                    extra["full"] = args.full
                 rows.extend(bench(args.quick, **extra))
             except Exception as exc:  # one broken benchmark must not lose the others' figures
                 traceback.print_exc()

@@ -476,3 +476,30 @@ def test_state_parts_import_only_the_schema_and_each_other() -> None:
         assert all(n in allowed or n.startswith("ckptdash.state.") for n in ours), (part, ours)
         others = {name.split(".")[0] for name in imported} - {"ckptdash", "msgspec", "__future__"}
         assert others <= set(sys.stdlib_module_names), (part, others)
+
+
+def test_a_loaded_state_keeps_none_of_the_logs_bytes_alive(tmp_path: Path) -> None:
+    """A state that read a log holds what it replayed, not the log: the heartbeat it keeps
+    per rank owns its metrics instead of pointing into the piece of log it was decoded from
+    (a watch over 1,000 runs held every run's last piece, up to a 1 MiB read, that way)."""
+    import gc
+    import tracemalloc
+
+    from ckptdash._dev.scale_runs import write_run
+    from ckptdash.tail import RunTailer
+
+    written = write_run(tmp_path / "run", ranks=1, seconds=6 * 3600)
+    assert written.bytes > 2_000_000
+    tracemalloc.start()
+    try:
+        tailer = RunTailer(tmp_path / "run", read_bytes=16 << 20, decode_bytes=16 << 20)
+        state = RunState(str(tmp_path / "run"))
+        for batch in tailer.batches():  # one piece: the whole file
+            state.apply(batch)
+        del tailer, batch
+        gc.collect()
+        kept = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert state.events_total == written.lines
+    assert kept < written.bytes / 2, f"{kept / 1e6:.1f} MB kept for {written.bytes / 1e6:.1f} MB"

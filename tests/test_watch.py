@@ -386,3 +386,29 @@ def test_hung_cancel_refuses_a_run_another_account_made(tmp_path: Path) -> None:
     assert "belongs to uid 4242" in refused[2]
     assert slurm.actions() == [["scancel", "78"]]
     assert "--on hung=cancel: `scancel 77` FAILED: slurm job 77: not started" in out.read_text()
+
+
+def test_first_look_at_a_folder_holds_a_piece_of_the_logs_not_all_of_them(
+    tmp_path: Path,
+) -> None:
+    """Opening a folder of runs, watch applies each run's log a piece at a time: its peak
+    memory (Python allocations) stays far below the logs' bytes (it held ~2.3x them when the
+    tailer joined every run's whole log into one batch first), and it sees every event."""
+    import tracemalloc
+
+    from ckptdash._dev.scale_runs import write_run
+
+    written = [write_run(tmp_path / f"run{i}", ranks=16, seconds=900) for i in range(3)]
+    log_bytes = sum(w.bytes for w in written)
+    watch = Watch(tmp_path, overrides={"stale_after_s": 1e9})
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        assert watch.poll() == []
+        peak = tracemalloc.get_traced_memory()[1] - before
+    finally:
+        tracemalloc.stop()
+        watch.close()
+    totals = [r.state.events_total for r in watch._runs.values()]
+    assert totals == [w.lines for w in written]
+    assert peak < 0.5 * log_bytes, f"peak {peak / 1e6:.1f} MB for {log_bytes / 1e6:.1f} MB of log"

@@ -267,6 +267,7 @@ class RunState:
         s = _Stream(None)
         series: _Series | None = None
         n_hb = 0
+        hb_streams: list[_Stream] = []
         for ev in events:
             if type(ev) is hb_cls:
                 n_hb += 1
@@ -274,6 +275,7 @@ class RunState:
                     attempt, rank = ev.attempt, ev.rank
                     s = self._stream(attempt, rank)
                     series = s.series
+                    hb_streams.append(s)
                 t = ev.t
                 if t > s.hb_t:
                     s.hb_t = t
@@ -295,6 +297,13 @@ class RunState:
         if n_hb:
             self.event_counts["heartbeat"] = self.event_counts.get("heartbeat", 0) + n_hb
             self.events_total += n_hb
+            # A decoded heartbeat's metrics are a view into the whole piece of log it came
+            # from (up to a read, 1 MiB): the one each stream keeps gets its own copy, or every
+            # run a watch holds would keep its last piece of log alive.
+            for kept in hb_streams:
+                hb = kept.hb
+                if hb is not None:
+                    kept.hb = msgspec.structs.replace(hb, metrics=hb.metrics.copy())
 
     def _stream(self, attempt: int, rank: int) -> _Stream:
         a = self._attempts.get(attempt)

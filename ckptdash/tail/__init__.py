@@ -477,11 +477,28 @@ class FolderTailer:
             self.tailers[run.root] = RunTailer(run, **self._options)
 
     def poll(self, max_bytes: int | None = None) -> dict[Path, TailBatch]:
-        """What is new in each run (keyed by its root, sorted); every known run has a batch."""
+        """What is new in each run (keyed by its root, sorted); every known run has a batch.
+
+        Holds everything new in every run at once: for a first look at a big folder prefer
+        :meth:`each`, which hands it out a piece at a time."""
+        out = {}
+        for root, pieces in self.each(max_bytes):
+            batch = out[root] = TailBatch()
+            for piece in pieces:
+                batch.extend(piece)
+        return out
+
+    def each(self, max_bytes: int | None = None) -> Iterator[tuple[Path, Iterator[TailBatch]]]:
+        """Every known run (sorted by root) with what is new in it, as
+        :meth:`RunTailer.batches` hands it out: in pieces of about ``decode_bytes``.
+
+        Apply one run's pieces before asking for the next run: memory then stays at one piece
+        however big the folder's logs are (``ckptdash watch`` opening 1,000 runs)."""
         try:
             for run in find_runs(self.path):
                 if run.root not in self.tailers:
                     self.tailers[run.root] = RunTailer(run, **self._options)
         except (RunDirError, OSError):
             pass  # a folder that held runs and holds none right now: keep what we have
-        return {root: self.tailers[root].poll(max_bytes) for root in sorted(self.tailers)}
+        for root in sorted(self.tailers):
+            yield root, self.tailers[root].batches(max_bytes)
