@@ -105,3 +105,15 @@ def test_modules_stay_small_and_the_top_level_stays_a_front_door() -> None:
     assert long == {}
     top = sorted(p.name for p in PKG.glob("*.py"))
     assert len(top) <= 15, top
+
+
+def test_the_training_side_and_the_dashboard_never_import_each_other() -> None:
+    """``train/`` writes the run directory and ``dash/`` reads it: neither imports the other,
+    so the dashboard never loads the training machinery and a job never loads Panel."""
+    modules = _modules()
+    for name, path in modules.items():
+        deps = _imports(path, modules)
+        if name.startswith("ckptdash.dash"):
+            assert not {d for d in deps if d.startswith("ckptdash.train")}, name
+        if name.startswith("ckptdash.train"):
+            assert not {d for d in deps if d.startswith("ckptdash.dash")}, name

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Final, Literal, TypeAlias
 
-from ckptdash.state.records import AttemptInfo, RequeueInfo, SignalInfo
+from ckptdash.state.records import AttemptInfo, LoggerInfo, RequeueInfo, SignalInfo
 
 RunWord: TypeAlias = Literal[
     "waiting",
@@ -67,3 +67,12 @@ def run_word(
     if newest.end_reason == "preempted" or any(s.attempt == n for s in signals):
         return "preempted"
     return "stopped"
+
+
+def logger_line(info: LoggerInfo) -> str:
+    """One line for ``ckptdash status`` and the dashboard: which logger run, where."""
+    where = f" in {info.location}" if info.location else ""
+    named = " (named by the user)" if info.named else ""
+    since = "" if info.step is None else f", attempt {info.attempt} from step {info.step}"
+    redone = f", later steps {info.redone}" if info.redone else ""
+    return f"{info.logger} {info.id or '?'}{where}{named}{since}{redone}"

@@ -17,6 +17,7 @@ from ckptdash import control
 from ckptdash import humanize as fmt
 from ckptdash.analysis import run_words
 from ckptdash.analysis.health import short_error
+from ckptdash.analysis.run_words import logger_line
 from ckptdash.cli import health as health_cli
 from ckptdash.errors import CkptDashError
 from ckptdash.ops import liveness
@@ -28,7 +29,6 @@ from ckptdash.state.checkpoints import checkpoint_order
 from ckptdash.state.reading import load_state
 from ckptdash.state.records import SHOWN_STALE_AFTER_S, AttemptInfo, CheckpointInfo
 from ckptdash.terminal import one_line
-from ckptdash.train.loggers import describe as describe_logger
 
 
 def status_command(args: argparse.Namespace) -> int:
@@ -321,7 +321,7 @@ def _event_lines(state: RunState) -> list[str]:
         lines.append(
             f"anomaly attempt {an.attempt} step {_opt(an.step)}: {an.reason} ({an.action}{pinned})"
         )
-    lines += [f"logger  {describe_logger(info)}" for _, info in sorted(state.loggers.items())]
+    lines += [f"logger  {logger_line(info)}" for _, info in sorted(state.loggers.items())]
     for c in sorted(state.commands.values(), key=lambda c: c.issued_at or 0):
         extra = c.detail or c.reason or c.error
         lines.append(

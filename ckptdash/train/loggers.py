@@ -27,7 +27,6 @@ from typing import Any, Final
 
 from ckptdash.events import LoggerAttached, decode_lines
 from ckptdash.rundir import RunDir, atomic_write
-from ckptdash.state.records import LoggerInfo
 
 ID_PREFIX: Final = "ckptdash-"
 """Derived versions and run ids read ``ckptdash-<run id>``: whose they are shows in any list."""
@@ -78,15 +77,6 @@ def recorded_loggers(run: RunDir) -> dict[str, LoggerAttached]:
             if known is None or (ev.t, ev.attempt) >= (known.t, known.attempt):
                 newest[ev.logger] = ev
     return newest
-
-
-def describe(info: LoggerInfo) -> str:
-    """One line for ``ckptdash status`` and the dashboard: which logger run, where."""
-    where = f" in {info.location}" if info.location else ""
-    named = " (named by the user)" if info.named else ""
-    since = "" if info.step is None else f", attempt {info.attempt} from step {info.step}"
-    redone = f", later steps {info.redone}" if info.redone else ""
-    return f"{info.logger} {info.id or '?'}{where}{named}{since}{redone}"
 
 
 def clash_line(logger: str, given: str, recorded: str) -> str:

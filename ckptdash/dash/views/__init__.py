@@ -18,13 +18,13 @@ from bokeh.models.widgets.tables import NumberFormatter
 from ckptdash import humanize as fmt
 from ckptdash.analysis import goodput as badput
 from ckptdash.analysis import preemption
+from ckptdash.analysis.run_words import logger_line
 from ckptdash.dash.feed.snapshot import RunSnapshot
 from ckptdash.dash.model import DashModel, rates, run_status
 from ckptdash.dash.views import text
 from ckptdash.dash.views.frames import NUMBER, TEXT, typed_frame
 from ckptdash.dash.views.text import esc
 from ckptdash.dash.views.widgets import HtmlPane, HtmlView, ReadOnlyTabulator
-from ckptdash.train.loggers import describe as describe_logger
 
 STATUS_COLORS: Final = {
     "waiting": "#6c757d",
@@ -119,7 +119,7 @@ def render_header(model: DashModel) -> str:
         )
     if snap.loggers:  # which TensorBoard folder / W&B run / ... holds this run's curves
         resume += "".join(
-            f"<div class='muted' style='margin-top:2px'>curves: {esc(describe_logger(info))}</div>"
+            f"<div class='muted' style='margin-top:2px'>curves: {esc(logger_line(info))}</div>"
             for info in snap.loggers
         )
     bad = sum(snap.bad_lines.values())
