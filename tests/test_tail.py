@@ -18,7 +18,8 @@ from ckptdash import events, tail
 from ckptdash.events import BadLine, Event, Heartbeat, SaveNow, encode, encode_command
 from ckptdash.rundir import TEMP_PREFIX, RunDir
 from ckptdash.rundir.writer import EventWriter
-from ckptdash.tail import CommandFile, FolderTailer, RunTailer, TailBatch
+from ckptdash.tail import CommandFile, RunTailer, TailBatch
+from ckptdash.tail.folder import FolderTailer
 
 T0 = 1_764_430_000.0
 

@@ -47,7 +47,7 @@ from ckptdash.rundir import RunDir
 from ckptdash.rundir.writer import EventWriter
 from ckptdash.state import RunState
 from ckptdash.state.reading import new_state
-from ckptdash.tail import FolderTailer
+from ckptdash.tail.folder import FolderTailer
 from ckptdash.terminal import one_line
 
 ACTIONS: Final = {

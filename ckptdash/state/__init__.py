@@ -8,16 +8,10 @@ replay hands over whole files, and both give the same :meth:`RunState.to_dict`.
 Every decision is therefore taken by event time ``t`` (ties broken by kind,
 attempt, rank and finally the event's own bytes), never by arrival.
 
->>> state = RunState("runs/exp1")                   # doctest: +SKIP
->>> for batch in RunTailer("runs/exp1").batches():
-...     state.apply(batch)
->>> state.valid_checkpoints()[-1].path
-'checkpoints/step=1200.ckpt'
-
-Heartbeats are almost all of a log, so their path is kept to a few attribute
-reads: per (attempt, rank) only the latest heartbeat is kept, and the progress
-series keeps at most one point per time bucket (see
-:data:`~ckptdash.state.series.SERIES_POINTS`).
+Open a run with :func:`ckptdash.state.reading.load_state` (confined, with its run id).
+Heartbeats are almost all of a log, so their path is kept to a few attribute reads: per
+(attempt, rank) only the latest heartbeat is kept, and the progress series keeps at most one
+point per time bucket (:data:`~ckptdash.state.series.SERIES_POINTS`).
 
 The bookkeeping lives in modules of one job each, which this one drives:
 :mod:`~ckptdash.state.series` (the thinned progress series), :mod:`~ckptdash.state.streams`
