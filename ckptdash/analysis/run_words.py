@@ -9,7 +9,7 @@ other. Plain Python: the CLI imports it without the dashboard.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Final, Literal, TypeAlias
+from typing import Final, Literal, TypeAlias, get_args
 
 from ckptdash.state.records import AttemptInfo, LoggerInfo, RequeueInfo, SignalInfo
 
@@ -25,18 +25,7 @@ RunWord: TypeAlias = Literal[
     "finished",
     "failed",
 ]
-RUN_WORDS: Final[tuple[RunWord, ...]] = (
-    "waiting",
-    "running",
-    "stale",
-    "lost",
-    "preempted",
-    "terminated",
-    "requeue pending",
-    "stopped",
-    "finished",
-    "failed",
-)
+RUN_WORDS: Final[tuple[RunWord, ...]] = get_args(RunWord)
 
 
 def run_word(
