@@ -195,10 +195,11 @@ def find_recorded(state: RunState, pin: str) -> CheckpointInfo | None:
     the run recorded. ``pin`` may be the recorded path, a path from here (absolute or not),
     or a path relative to the run directory, the way ``ckptdash status`` prints it
     (``checkpoints/epoch=5-step=350.ckpt``)."""
-    wanted = {os.path.abspath(pin), os.path.realpath(pin)}
+    # abspath, not realpath: a link the pin names is not followed to a recorded file (a link
+    # planted beside the checkpoints is refused, as docs/security.md says).
+    wanted = {os.path.abspath(pin)}
     if state.root and not os.path.isabs(pin):
-        in_run = os.path.join(state.root, pin)
-        wanted |= {os.path.abspath(in_run), os.path.realpath(in_run)}
+        wanted.add(os.path.abspath(os.path.join(state.root, pin)))
     for info in state.valid_checkpoints():
         seen = {info.path, os.path.abspath(info.path), os.path.realpath(info.path)}
         if pin in seen or seen & wanted:

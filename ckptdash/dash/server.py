@@ -272,14 +272,14 @@ def serve(
                 raise
             raise CkptDashError(port_in_use(so.address, plan.port)) from None
         url = plan.url(so.address if so.loopback else socket.getfqdn())
-        print(f"ckptdash: serving {run} at {url} (Ctrl-C stops)", flush=True)
-        if so.loopback:
-            print(plan.tunnel(), flush=True)
-        if not _holds_a_run(run):
+        if not _holds_a_run(run):  # said before the address, which callers wait for
             print(
                 f"ckptdash: {run} holds no run yet; the page waits for the first event in it",
                 flush=True,
             )
+        print(f"ckptdash: serving {run} at {url} (Ctrl-C stops)", flush=True)
+        if so.loopback:
+            print(plan.tunnel(), flush=True)
         if note := so.security_note():
             print(note, file=sys.stderr, flush=True)
         if so.show:

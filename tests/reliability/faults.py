@@ -711,10 +711,22 @@ def issuer(run_dir: str, index: int, count: int, start: Any, out: str) -> None:
             with contextlib.redirect_stdout(buf):
                 if cli.main(["save", run_dir]) != 0:
                     raise SystemExit(f"ckptdash save failed: {buf.getvalue()}")
-            ids.append(buf.getvalue().split()[1])  # "save_now <id> queued in …"
+            ids.append(_full_id(run_dir, buf.getvalue().split()[1]))  # "save_now <id> queued"
         else:
             ids.append(control.issue(run_dir, "save_now", author=f"dash{index}").id)
     Path(out).write_text("\n".join(ids) + "\n")
+
+
+def _full_id(run_dir: str, shown: str) -> str:
+    """The full id of the command ``ckptdash save`` just issued and printed as ``shown`` (its
+    8 random hex digits): the file that holds it, wherever the job has moved it by now."""
+    for _ in range(3):  # a file moving between two folders while they are listed
+        for where in ("inbox", "claimed", "done"):
+            folder = Path(run_dir) / "control" / where
+            for name in os.listdir(folder) if folder.is_dir() else []:
+                if name.endswith(f"-{shown}.json"):
+                    return name.removesuffix(".json")
+    raise SystemExit(f"no command file for the id {shown} that ckptdash save printed")
 
 
 @dataclass

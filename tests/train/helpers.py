@@ -89,3 +89,18 @@ def loop_state(step: int) -> dict[str, Any]:
     model = torch.nn.Linear(4, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     return {"model": model.state_dict(), "opt": opt.state_dict(), "step": step}
+
+
+def next_wall_second(since: float) -> None:
+    """Return once the wall clock has left the second ``since`` fell in.
+
+    W&B names an offline run's folder after the second it started and its run id: two
+    attempts of one run that start within the same second (a crash and an instant restart,
+    as these tests do) would share a folder and the second is refused ("run ID is in use").
+    A requeued job never restarts that fast; the tests wait the way such a job would."""
+    import threading
+    import time
+
+    pause = threading.Event()  # never set: short waits until the condition holds
+    while int(time.time()) <= int(since):
+        pause.wait(0.01)

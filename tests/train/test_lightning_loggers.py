@@ -14,13 +14,14 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from ckptdash.rundir import RunDir
-from tests.train.helpers import state_of
+from tests.train.helpers import next_wall_second, state_of
 from tests.train.test_distributed import job_env
 
 pytest.importorskip("lightning.pytorch", reason="install the lightning extra: make test")
@@ -44,13 +45,18 @@ class Job:
         self.tmp = tmp_path
         self.run, self.logs = tmp_path / "run", tmp_path / "logs"
         self.launches = 0
+        self.last_start = 0.0
 
     def launch(self, *options: str, devices: int = 1) -> subprocess.CompletedProcess[bytes]:
         """One attempt: a (fake) SLURM job 4242 at its next restart count."""
+        next_wall_second(self.last_start)  # W&B: one offline folder per attempt
+        self.last_start = time.time()
         env = job_env(self.tmp, slurm_restart=self.launches)
         env.update(
             WANDB_MODE="offline",
-            WANDB_DIR=str(self.tmp / "wandb-home"),
+            # A wandb service per attempt, as on a new node after a requeue: the service a
+            # finished (or killed) attempt started may still hold the run open for a while.
+            WANDB_DIR=str(self.tmp / f"wandb-home-{self.launches}"),
             WANDB_SILENT="true",
             MLFLOW_ALLOW_FILE_STORE="true",  # the file store is what this test asks for
         )

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,7 @@ import pytest
 import torch
 
 import ckptdash
-from tests.train.helpers import state_of
+from tests.train.helpers import next_wall_second, state_of
 
 event_accumulator = pytest.importorskip(
     "tensorboard.backend.event_processing.event_accumulator",
@@ -82,8 +83,10 @@ def test_a_loop_logs_into_one_run_of_each_logger_across_a_crash(
     """Saved at step 10, crashed at 13, resumed: TensorBoard shows every step once (11 and 12
     from the second attempt), MLflow one run with every step once, W&B one run id."""
     run, logs = tmp_path / "run", tmp_path / "logs"
+    started = time.time()
     with pytest.raises(Crash):
         attempt(run, logs, tag=0.0, crash_at=13)
+    next_wall_second(started)  # W&B: one offline folder per attempt
     attempt(run, logs, tag=1.0, crash_at=None)
 
     run_id = ckptdash.rundir.RunDir(run).info().run_id
