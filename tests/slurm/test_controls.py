@@ -191,6 +191,11 @@ def drive_cancel_requeue(s: Scenario) -> dict[str, Any]:
     # Preempted and requeued: hold it while it waits in the queue.
     s.cluster.run("scancel", "--batch", "--signal=USR2", job.job_id)
     s.wait_requeued(run, 1)
+    # The run's requeue_issued event comes first; SLURM shows the job pending once the batch
+    # step has ended (under load, seconds later): hold it then, as a user would see it.
+    until = time.monotonic() + 60
+    while (s.cluster.squeue(job.job_id) or ("",))[0] != "PENDING" and time.monotonic() < until:
+        time.sleep(POLL_S)
     r["hold_out"] = s.cluster.ckptdash("requeue", str(run), "--hold").stdout
     r["held_squeue"] = s.cluster.squeue(job.job_id)
     r["held_status_text"] = s.cluster.ckptdash("status", str(run)).stdout
