@@ -42,7 +42,7 @@ from ckptdash.rundir.writer import EventWriter
 
 GOAL_P95_S = 0.300
 
-# Arms a watcher for `marker` in the tables (inside Panel's shadow roots); records Date.now()
+# Arms a follower for `marker` in the tables (inside Panel's shadow roots); records Date.now()
 # when it appears. Polls every 5 ms, looking for the tables again only every 100 ms: the
 # page's own work must not wait behind the measurement.
 _ARM_JS = """(marker) => {

@@ -1,13 +1,13 @@
 """What an idle dashboard costs when a run directory holds 100,000 empty event files.
 
 A compromised node (or a buggy tool) can fill ``events/`` with files that never change. The
-watcher polls every second; before issue 11 each poll listed the folder and ``stat``-ed every
+follower polls every second; before issue 11 each poll listed the folder and ``stat``-ed every
 file (a third of a core). Now a file unchanged for ``COLD_AFTER`` polls is *cold*: a poll
 looks at one group of them (1/``COLD_EVERY``), and the folder is listed again only when it
 changes. Goal: under 5 % of a core at the default one poll a second.
 
-Measured as process CPU time over a run of polls of a real :class:`RunWatcher` (poll mode,
-the mode used on NFS) while the main thread sleeps, per poll, against the same watcher on
+Measured as process CPU time over a run of polls of a real :class:`RunFollower` (poll mode,
+the mode used on NFS) while the main thread sleeps, per poll, against the same follower on
 the same run without the junk files (the baseline), in the same run of the benchmark.
 
     .venv/bin/python benchmarks/idle_watch.py [--quick]
@@ -24,7 +24,7 @@ from pathlib import Path
 from timing import Row
 
 from ckptdash import Monitor
-from ckptdash.dash.feed.follow import RunWatcher
+from ckptdash.dash.feed.follow import RunFollower
 from ckptdash.rundir import RunDir
 from ckptdash.tail import COLD_AFTER, COLD_EVERY
 
@@ -47,14 +47,14 @@ def _make_run(root: Path, junk: int) -> Path:
 
 def _cpu_per_poll(root: Path, polls: int) -> tuple[float, float]:
     """(CPU seconds per poll while the files are still warm, once they are cold)."""
-    with RunWatcher(root, mode="poll", poll_interval_s=POLL_S) as w:
+    with RunFollower(root, mode="poll", poll_interval_s=POLL_S) as w:
         if not w.wait_loaded(600):
-            raise RuntimeError(f"{root}: the watcher never loaded")
+            raise RuntimeError(f"{root}: the follower never loaded")
 
         def measure(n: int) -> float:
             start_polls, start_cpu = w.polls, time.process_time()
             while w.polls < start_polls + n:
-                time.sleep(POLL_S / 4)  # the main thread idles; the watcher's thread works
+                time.sleep(POLL_S / 4)  # the main thread idles; the follower's thread works
             return (time.process_time() - start_cpu) / (w.polls - start_polls)
 
         warm = measure(COLD_AFTER - 2)  # every file still looked at by every poll
@@ -75,7 +75,7 @@ def run(quick: bool) -> list[Row]:
     share = cold / 1.0  # at the default poll_interval_s=1.0
     return [
         Row(
-            f"idle watcher, {junk:,} empty event files: CPU per poll once cold"
+            f"idle follower, {junk:,} empty event files: CPU per poll once cold"
             f" (mean of {polls} polls; {warm * 1e3:.0f} ms while warm, i.e. before they go cold)",
             f"{cold * 1e3:.1f} ms ({share:.1%} of a core at 1 poll/s)",
             f"{base * 1e3:.1f} ms (same run without the files)",

@@ -713,29 +713,29 @@ def test_concurrent_updates_from_processes_lose_nothing(run: RunDir) -> None:
     One process only toggles requeue_suspended, one only advances resume_pin;
     a read-modify-write without the lock would carry a stale value of the other
     setting over a fresh one, which the writers (reading back) and the two
-    watchers (the pin may never go backwards) catch.
+    readers (the pin may never go backwards) catch.
     """
     ctx = _mp()
     barrier = ctx.Barrier(4)
     stop = ctx.Event()
     writers_out = ctx.Queue()
-    watchers_out = ctx.Queue()
+    readers_out = ctx.Queue()
     root = str(run.root)
     writers = [
         ctx.Process(target=fn, args=(root, barrier, writers_out))
         for fn in (_toggle_suspended, _advance_pin)
     ]
-    watchers = [
-        ctx.Process(target=_watch_pin, args=(root, barrier, stop, watchers_out)) for _ in range(2)
+    readers = [
+        ctx.Process(target=_watch_pin, args=(root, barrier, stop, readers_out)) for _ in range(2)
     ]
-    for p in writers + watchers:
+    for p in writers + readers:
         p.start()
     try:
         problems = [writers_out.get(timeout=120) for _ in writers]
     finally:
         stop.set()
-    problems += [watchers_out.get(timeout=60) for _ in watchers]
-    for p in writers + watchers:
+    problems += [readers_out.get(timeout=60) for _ in readers]
+    for p in writers + readers:
         p.join(timeout=60)
         assert p.exitcode == 0
 

@@ -17,6 +17,10 @@ import pytest
 
 import ckptdash
 from ckptdash.cli import main as cli_main
+from ckptdash.dash.feed.follow import RunFollower
+from ckptdash.dash.model import DashModel, run_status
+from ckptdash.dash.views import render_header
+from ckptdash.dash.views.health import alerts_of
 from ckptdash.events import RunStarted
 from ckptdash.ops import liveness
 from ckptdash.rundir import RunDir
@@ -70,11 +74,22 @@ def test_a_killed_process_is_shown_lost_at_once_by_status_and_health(
 
         wait_until(running, 60, "the training process to start and step")
         assert "running" in attempt_line(cli(capsys, "status", str(run), "--no-scheduler"))
+        follower = RunFollower(run, refresh_s=0.5).start()  # the dashboard, open before the kill
+        follower.wait_loaded(30)
+        assert dashboard_word(follower) == "running"
         child.send_signal(signal.SIGKILL)
         child.wait(timeout=30)
     finally:
         if child.poll() is None:
             child.kill()
+    try:
+        # The dashboard says it too, without a new event: its header badge and health banner.
+        wait_until(lambda: dashboard_word(follower) == "lost", 5, "the dashboard to say lost")
+        snap = follower.latest.runs[0] if follower.latest else None
+        assert f"process {child.pid} is gone from" in render_header_of(follower)
+        assert "lost" in [a.kind for a in alerts_of(snap, time.time())]
+    finally:
+        follower.stop()
     t0 = time.monotonic()
     assert list(liveness.gone_here(load_state(run))) == [0]
     elapsed = time.monotonic() - t0
@@ -86,6 +101,20 @@ def test_a_killed_process_is_shown_lost_at_once_by_status_and_health(
     assert elapsed < 2, f"{elapsed:.2f} s from the kill to knowing"
     folder = cli(capsys, "status", str(tmp_path), "--no-scheduler")
     assert "lost" in folder.splitlines()[1], folder
+
+
+def dashboard_word(follower: RunFollower) -> str:
+    """The state word the dashboard's header shows for the follower's run now."""
+    snap = follower.latest.runs[0] if follower.latest and follower.latest.runs else None
+    return run_status(snap, time.time())[0]
+
+
+def render_header_of(follower: RunFollower) -> str:
+    """The dashboard header's HTML for the follower's latest snapshot."""
+    model = DashModel(path=str(follower.path))
+    assert follower.latest is not None
+    model.publish(follower.latest)
+    return render_header(model)
 
 
 def attempt_line(status: str) -> str:

@@ -1,7 +1,7 @@
 """The dashboard: watch a run directory, show it, steer it (Panel).
 
 Only :mod:`ckptdash.dash.app`, :mod:`ckptdash.dash.server` and the view modules import Panel;
-the model, the goodput figures and the watcher are plain Python, so this package's
+the model, the goodput figures and the follower are plain Python, so this package's
 ``__init__`` imports nothing until a name is asked for.
 """
 
@@ -12,29 +12,29 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ckptdash.dash.app import Dashboard, DashOptions, dashboard
-    from ckptdash.dash.feed.follow import RunWatcher
-    from ckptdash.dash.feed.hub import WatcherHub
+    from ckptdash.dash.feed.follow import RunFollower
+    from ckptdash.dash.feed.hub import FollowerHub
     from ckptdash.dash.server import RunningServer, ServeOptions, serve, start_server
 
 __all__ = [
     "DashOptions",
     "Dashboard",
-    "RunWatcher",
+    "FollowerHub",
+    "RunFollower",
     "RunningServer",
     "ServeOptions",
-    "WatcherHub",
     "dashboard",
     "serve",
     "start_server",
 ]
 
 _WHERE = {name: "ckptdash.dash.app" for name in __all__} | {
-    "RunWatcher": "ckptdash.dash.feed.follow",
+    "RunFollower": "ckptdash.dash.feed.follow",
     "RunningServer": "ckptdash.dash.server",
     "ServeOptions": "ckptdash.dash.server",
     "serve": "ckptdash.dash.server",
     "start_server": "ckptdash.dash.server",
-    "WatcherHub": "ckptdash.dash.feed.hub",
+    "FollowerHub": "ckptdash.dash.feed.hub",
 }
 
 

@@ -4,7 +4,7 @@
     panel serve ckptdash --args RUN_DIR          # from the repository root
     ckptdash.dashboard("runs/exp1")              # a notebook cell; keeps updating during fit()
 
-Every session gets its own model and widgets; the watcher of a path is
+Every session gets its own model and widgets; the follower of a path is
 shared by all of them (kept in ``pn.state.cache``) and stopped when the last
 session ends. Nothing is ever fetched from a CDN: login nodes are often
 offline, so the server sends its own copies of the JavaScript, and the
@@ -25,8 +25,8 @@ import panel as pn
 
 from ckptdash.dash import theme
 from ckptdash.dash.delivery import Delivery
-from ckptdash.dash.feed.follow import RunWatcher
-from ckptdash.dash.feed.hub import WatcherHub, shared_hub
+from ckptdash.dash.feed.follow import RunFollower
+from ckptdash.dash.feed.hub import FollowerHub, shared_hub
 from ckptdash.dash.feed.mounts import WATCH_MODES, WatchMode
 from ckptdash.dash.feed.snapshot import FolderSnapshot
 from ckptdash.dash.model import DEFAULT_STALE_AFTER_S, DashModel
@@ -90,7 +90,7 @@ class Dashboard(pn.viewable.Viewer):  # type: ignore[misc]
     Display it in a notebook (``ckptdash.dashboard(path)``) or serve it
     (``ckptdash serve``). Call :meth:`close` when done with a notebook widget;
     a served session closes itself when the browser tab is gone. ``first_read_s``:
-    how long to wait for the watcher's first read, so that the first render shows it.
+    how long to wait for the follower's first read, so that the first render shows it.
     """
 
     def __init__(
@@ -98,7 +98,7 @@ class Dashboard(pn.viewable.Viewer):  # type: ignore[misc]
         path: str | os.PathLike[str] | None = None,
         *,
         options: DashOptions | None = None,
-        hub: WatcherHub | None = None,
+        hub: FollowerHub | None = None,
         first_read_s: float = 0.0,
         **params: Any,
     ) -> None:
@@ -110,7 +110,7 @@ class Dashboard(pn.viewable.Viewer):  # type: ignore[misc]
         self.actions = ControlActions(
             self.model,
             author=_author,
-            nudge=lambda: self.watcher.wake(),
+            nudge=lambda: self.follower.wake(),
             mirror_requeue=lambda suspended: self.scheduler.mirror_requeue(suspended),
             locked=self.options.controls_off,
         )
@@ -131,7 +131,7 @@ class Dashboard(pn.viewable.Viewer):  # type: ignore[misc]
             self.controls,
             doc=doc,
             render_lock=self._delivery.render_lock,
-            alive=lambda: self.watcher.running,  # started after the watcher is acquired
+            alive=lambda: self.follower.running,  # started after the follower is acquired
         )
         # Views update in the order they were made: the table's small message before the plot's
         # (a plot redraw costs the browser ~50 ms; a new checkpoint should not wait for it).
@@ -171,17 +171,17 @@ class Dashboard(pn.viewable.Viewer):  # type: ignore[misc]
         )
         self._close_lock = threading.Lock()
         self._closed = False
-        # Last, so that nothing above can fail while holding a share of the watcher.
-        self.watcher: RunWatcher = self._hub.acquire(
+        # Last, so that nothing above can fail while holding a share of the follower.
+        self.follower: RunFollower = self._hub.acquire(
             self.path, mode=self.options.watch, poll_interval_s=self.options.poll_interval_s
         )
-        # No view is rendered yet: the first paint shows the run as the watcher last read it
+        # No view is rendered yet: the first paint shows the run as the follower last read it
         # (after waiting up to ``first_read_s`` for a first read).
         if first_read_s > 0:
-            self.watcher.wait_loaded(first_read_s)
-        if (latest := self.watcher.latest) is not None:
+            self.follower.wait_loaded(first_read_s)
+        if (latest := self.follower.latest) is not None:
             self.model.publish(latest)
-        self._unsubscribe = self.watcher.subscribe(self._delivery)
+        self._unsubscribe = self.follower.subscribe(self._delivery)
         if doc is not None and doc.session_context is not None:
             pn.state.on_session_destroyed(lambda _context: self.close())
             pn.state.onload(self._page_loaded)  # from then on the views take every update
@@ -219,7 +219,7 @@ class Dashboard(pn.viewable.Viewer):  # type: ignore[misc]
             yield
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> Any:
-        # A notebook renders here while the watcher's thread may be applying a snapshot.
+        # A notebook renders here while the follower's thread may be applying a snapshot.
         # The document is inlined in a <script>: event text must not be able to end it.
         embed.install()
         with self._delivery.render_lock:
@@ -233,7 +233,7 @@ class Dashboard(pn.viewable.Viewer):  # type: ignore[misc]
             return bundle
 
     def close(self) -> None:
-        """Stop receiving updates; the watcher stops when no other session uses it."""
+        """Stop receiving updates; the follower stops when no other session uses it."""
         with self._close_lock:
             if self._closed:
                 return
@@ -241,7 +241,7 @@ class Dashboard(pn.viewable.Viewer):  # type: ignore[misc]
         self._delivery.close()
         self.scheduler.close()
         self._unsubscribe()
-        self._hub.release(self.watcher)
+        self._hub.release(self.follower)
 
     def _render_title(self, *events: object) -> None:
         self._title.object = (
@@ -265,7 +265,7 @@ _notebook_ready = False
 def dashboard(path: str | os.PathLike[str] | None = None, **options: Any) -> Dashboard:
     """The dashboard as a notebook widget; it keeps updating while another cell trains.
 
-    Updates come from the watcher's thread, which Jupyter lets through while a
+    Updates come from the follower's thread, which Jupyter lets through while a
     cell blocks. The JavaScript is loaded inline (no CDN), so it works on an
     offline login node. ``options`` are :class:`DashOptions` fields.
 

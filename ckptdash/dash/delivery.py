@@ -1,4 +1,4 @@
-"""How values from a background thread (the watcher's snapshots, the scheduler's answers)
+"""How values from a background thread (the follower's snapshots, the scheduler's answers)
 reach one dashboard session's widgets.
 
 Panel sends a widget's change only to the Bokeh models that exist at that
@@ -15,7 +15,7 @@ value is never applied while the view renders:
   websocket writes, which now and then lost one on a page that had just
   loaded.)
 * in a notebook, where the kernel's main thread is busy training and the
-  widget must update from the watcher's thread, rendering and applying hold
+  widget must update from the follower's thread, rendering and applying hold
   one lock; and once the widget is rendered, values wait (the newest is kept)
   until ``gate`` says its comms are open: Panel drops a change it cannot send
   yet, and a dropped change is never sent again (see :mod:`ckptdash.dash.notebook.kernelcomms`).

@@ -1,7 +1,7 @@
 """The per-session model and what the header derives from a snapshot (no Panel here).
 
 :class:`DashModel` is a ``param.Parameterized`` that the views of one session
-bind to; the watcher's thread publishes :class:`~ckptdash.dash.feed.snapshot.FolderSnapshot`
+bind to; the follower's thread publishes :class:`~ckptdash.dash.feed.snapshot.FolderSnapshot`
 objects into it. :func:`run_status` and :func:`rates` turn a snapshot and the
 clock into the header's state word, speed, ETA and time left.
 """
@@ -40,6 +40,8 @@ def run_status(
         return "waiting", "no attempt has started yet"
     n = newest.attempt
     word = run_word(newest, snap.requeues, snap.signals, now, stale_after_s)
+    if word in ("running", "stale") and n in snap.gone:
+        return "lost", snap.gone[n]  # its host says its process is gone (kill -9, OOM)
     if word == "stale":
         seen = newest.last_heartbeat_t or now
         return "stale", (
@@ -127,9 +129,9 @@ def _steps_per_s(points: Sequence[tuple[float, int]]) -> float | None:
 
 
 class DashModel(param.Parameterized):  # type: ignore[misc]
-    """One session's view of the watched folder: what the watcher published, what is selected.
+    """One session's view of the watched folder: what the follower published, what is selected.
 
-    The watcher thread calls :meth:`publish`; views watch the parameters.
+    The follower thread calls :meth:`publish`; views watch the parameters.
     Nothing here writes files: controls write through :mod:`ckptdash.control`
     and their effect comes back as a new snapshot.
     """
@@ -138,7 +140,7 @@ class DashModel(param.Parameterized):  # type: ignore[misc]
     runs = param.Parameter(default=(), doc="Every run: a tuple of RunSnapshot, sorted by name.")
     selected = param.String(default="", doc="Root of the run the detail views show.")
     run = param.Parameter(default=None, doc="RunSnapshot of the selected run, or None.")
-    now = param.Number(default=0.0, doc="The watcher's clock at its last refresh.")
+    now = param.Number(default=0.0, doc="The follower's clock at its last refresh.")
     loaded = param.Boolean(default=False, doc="True once the first full read is done.")
     is_folder = param.Boolean(default=False, doc="True when path is a folder of runs.")
     watching = param.String(default="", doc="How the files are watched (inotify / polling).")
@@ -151,7 +153,7 @@ class DashModel(param.Parameterized):  # type: ignore[misc]
         self._version = -1
 
     def publish(self, folder: FolderSnapshot) -> None:
-        """Take a new snapshot (called from the watcher thread; older ones are ignored)."""
+        """Take a new snapshot (called from the follower thread; older ones are ignored)."""
         with self._lock:
             if folder.version <= self._version:
                 return

@@ -3,7 +3,7 @@ benchmarks and the demo (:func:`start_server`).
 
 Every server has the gate of :mod:`ckptdash.dash.access` in front of every handler: the URL's
 token, the allowed ``Host`` names, the websocket's origins. Each browser session gets its own
-:class:`~ckptdash.dash.app.Dashboard`; the sessions of one server share its watchers.
+:class:`~ckptdash.dash.app.Dashboard`; the sessions of one server share its followers.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import panel as pn
 
 from ckptdash.dash import access
 from ckptdash.dash.app import Dashboard, DashOptions
-from ckptdash.dash.feed.hub import WatcherHub, shared_hub
+from ckptdash.dash.feed.hub import FollowerHub, shared_hub
 from ckptdash.dash.server_messages import port_in_use
 from ckptdash.errors import CkptDashError
 from ckptdash.rundir import find_runs
@@ -147,7 +147,7 @@ class RunningServer:
     url: str
     port: int
     thread: Any
-    hub: WatcherHub
+    hub: FollowerHub
     base_url: str = ""
     token: str | None = None
     prefix: str = ""
@@ -155,7 +155,7 @@ class RunningServer:
     _stopped: bool = field(default=False, repr=False)
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Stop the server and every watcher it started; wait for both. Idempotent."""
+        """Stop the server and every follower it started; wait for both. Idempotent."""
         if self._stopped:
             return
         self._stopped = True
@@ -204,7 +204,7 @@ def _url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
-def _plan(path: Path, serve: ServeOptions, dash: DashOptions, hub: WatcherHub) -> _Plan:
+def _plan(path: Path, serve: ServeOptions, dash: DashOptions, hub: FollowerHub) -> _Plan:
     port = serve.port or _free_port(serve.address)
     factory: Callable[[], Dashboard] = lambda: Dashboard(path, options=dash, hub=hub)  # noqa: E731
     kwargs: dict[str, Any] = {
@@ -260,7 +260,7 @@ def serve(
     run = Path(path)
     _check_path(run)
     so, do = serve_options or ServeOptions(), options or DashOptions()
-    key = f"ckptdash.watchers.{secrets.token_hex(4)}"  # this server's sessions share it
+    key = f"ckptdash.followers.{secrets.token_hex(4)}"  # this server's sessions share it
     hub = shared_hub(pn.state.cache, key)
     plan = _plan(run, so, do, hub)
     pn.extension("tabulator")
@@ -311,7 +311,7 @@ def start_server(
     run = Path(path)
     _check_path(run)
     so, do = serve_options or ServeOptions(port=0), options or DashOptions()
-    hub = WatcherHub()
+    hub = FollowerHub()
     plan = _plan(run, so, do, hub)
     pn.extension("tabulator")
     loop = IOLoop(make_current=False)

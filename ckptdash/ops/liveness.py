@@ -14,8 +14,8 @@ from __future__ import annotations
 import socket
 import time
 
+from ckptdash.rundir.process import process_alive
 from ckptdash.state import RunState
-from ckptdash.train.process import process_alive
 
 
 def gone_here(state: RunState, host: str | None = None, now: float | None = None) -> dict[int, str]:

@@ -80,10 +80,11 @@ class RunState:
     methods. ``series`` maps an attempt to its thinned (t, step) progress points.
 
     With ``confine`` (every reader of a real run directory passes it: the resume rule, the
-    watcher, the run guard) a checkpoint counts only where the run keeps them: inside
-    ``root`` or inside a directory the run declared (``checkpoint_dir_declared``, listed in
-    ``checkpoint_dirs``). A record of any other path is ``invalid`` with the reason — never
-    a resume candidate, never pinnable. A state fed by hand (tests, tools) may leave it off.
+    dashboard's follower, ``ckptdash watch``, the run guard) a checkpoint counts only where the
+    run keeps them: inside ``root`` or inside a directory the run declared
+    (``checkpoint_dir_declared``, listed in ``checkpoint_dirs``). A record of any other path is
+    ``invalid`` with the reason — never a resume candidate, never pinnable. A state fed by hand
+    (tests, tools) may leave it off.
     """
 
     def __init__(self, root: str = "", run_id: str = "", *, confine: bool = False) -> None:
@@ -330,7 +331,7 @@ class RunState:
         self.event_counts[kind] = self.event_counts.get(kind, 0) + 1
         self.events_total += 1
         if kind in inc_.ALERT_KINDS:
-            # Written by watchers too: never a sign of life or progress of the attempt.
+            # Written by `ckptdash watch` too: never a sign of life or progress of the attempt.
             self._on_alert(ev)
             return
         s = self._stream(ev.attempt, ev.rank)

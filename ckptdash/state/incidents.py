@@ -23,7 +23,7 @@ from ckptdash.state.streams import opt
 
 BAD_LINE_SAMPLES: Final = 20
 ALERT_KINDS: Final = frozenset({"alert_raised", "alert_cleared", "action_taken"})
-"""Written by watchers too: never a sign of life or progress of the attempt."""
+"""Written by `ckptdash watch` too: never a sign of life or progress of the attempt."""
 _Reason: TypeAlias = 'Literal["corrupt", "unknown_kind", "invalid", "oversize"]'
 BadHeap: TypeAlias = list[tuple[str, int, str, str]]
 

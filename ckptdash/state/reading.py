@@ -1,7 +1,7 @@
 """The one way to open a run for reading: a state confined to the run, with its run id.
 
 Every reader of a run directory -- ``ckptdash status``/``health``/``goodput``, the dashboard's
-follower, the alert watcher (``ckptdash watch``) and the training job's own view of its log --
+follower, the alert daemon (``ckptdash watch``) and the training job's own view of its log --
 builds its :class:`~ckptdash.state.RunState` with :func:`new_state`, so they all count the same
 records: a checkpoint recorded outside the run's own folders (``checkpoints/`` and the folders
 it declared) is shown as ``outside`` by all of them, never resumed from by any.

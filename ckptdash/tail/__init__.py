@@ -43,10 +43,10 @@ from ckptdash.events import (
 from ckptdash.rundir import EVENT_SUFFIX, RunDir, is_temp_file
 from ckptdash.rundir.safe_read import open_regular
 from ckptdash.tail.batch import LOCATIONS, CommandFile, Location, TailBatch
-from ckptdash.tail.commands import CommandWatcher
+from ckptdash.tail.commands import CommandFolders
 from ckptdash.tail.vouch import VOUCHED, decode_vouched, disagreement, first_run_id, foreign
 
-# The records a poll returns live in tail_batch, the command folders' watcher in
+# The records a poll returns live in tail_batch, the command folders' reader in
 # tail_commands; this module is the public face, so they are importable from here.
 __all__ = [
     "COLD_AFTER",
@@ -85,8 +85,8 @@ COLD_AFTER: Final = 30
 """Polls in a row that found an event file unchanged before it counts as *cold*."""
 COLD_EVERY: Final = 16
 """A cold file is looked at (one ``stat``) every this many polls, or when the caller says it
-changed (:meth:`RunTailer.touch`: the watcher does, from inotify). A folder of 100,000 idle
-event files then costs an idle watcher a few percent of a core instead of a third of one."""
+changed (:meth:`RunTailer.touch`: the follower does, from inotify). A folder of 100,000 idle
+event files then costs an idle follower a few percent of a core instead of a third of one."""
 _LISTING_SETTLED_S: Final = 2.0
 """An ``events/`` folder whose last change is this much older than our listing has the
 listing reused until it changes again; a more recent change may share its timestamp with a
@@ -130,7 +130,7 @@ class RunTailer:
         self._decode_bytes = max(1, decode_bytes)
         self._cursors: dict[str, _Cursor] = {}
         self._sizes: dict[str, int] = {}
-        self._command_files = CommandWatcher(self.run_dir)
+        self._command_files = CommandFolders(self.run_dir)
         self._budget = -1  # bytes the running poll may still decode; -1: no limit
         self._poll_number = 0  # a generator of an older poll stops instead of re-reading
         self._reported: set[tuple[str, str]] = set()

@@ -1,7 +1,7 @@
 """What a poll of a run directory found: the records :class:`~ckptdash.tail.RunTailer` hands out.
 
 Import these from :mod:`ckptdash.tail`; they live apart so that the event-file reader and the
-command-folder watcher (:mod:`ckptdash.tail.commands`) share them without importing each other.
+command-folder reader (:mod:`ckptdash.tail.commands`) share them without importing each other.
 """
 
 from __future__ import annotations

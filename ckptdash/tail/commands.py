@@ -36,7 +36,7 @@ class _Known:
     unreadable: bool  # error came from reading, not parsing: read it again when it moves
 
 
-class CommandWatcher:
+class CommandFolders:
     """The command files of one run directory, and where each was last reported."""
 
     def __init__(self, run_dir: RunDir) -> None:

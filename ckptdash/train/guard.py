@@ -44,11 +44,11 @@ from typing import Final, NoReturn
 from ckptdash.errors import RunDirError
 from ckptdash.events import Event, RunFailed, RunStarted
 from ckptdash.rundir import RunDir
+from ckptdash.rundir.process import process_alive
 from ckptdash.rundir.writer import EventWriter
 from ckptdash.state.records import AttemptInfo
 from ckptdash.train import dist
 from ckptdash.train.logview import LogView
-from ckptdash.train.process import process_alive
 
 _ENDED: Final = frozenset({"finished", "stopped", "failed"})
 

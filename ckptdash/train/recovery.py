@@ -53,9 +53,9 @@ from ckptdash.events import (
     ControlFailed,
 )
 from ckptdash.rundir import TEMP_PREFIX, RunDir
+from ckptdash.rundir.process import process_alive
 from ckptdash.rundir.writer import EventWriter
 from ckptdash.train.logview import LogView
-from ckptdash.train.process import process_alive
 
 _ANSWERED: Final = frozenset({"applied", "rejected", "expired"})
 

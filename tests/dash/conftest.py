@@ -1,5 +1,5 @@
-"""Fixtures of the dashboard tests: runs written with the real writer, a watcher hub, a
-served dashboard, and a check that no test leaves a watcher, observer or server running."""
+"""Fixtures of the dashboard tests: runs written with the real writer, a follower hub, a
+served dashboard, and a check that no test leaves a follower, observer or server running."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from ckptdash import events
-from ckptdash.dash.feed.hub import WatcherHub
+from ckptdash.dash.feed.hub import FollowerHub
 from ckptdash.dash.feed.snapshot import FolderSnapshot, SnapshotBuilder
 from ckptdash.events import Event
 from ckptdash.rundir.writer import EventWriter
@@ -30,7 +30,7 @@ def _ours(thread: threading.Thread) -> bool:
 
 @pytest.fixture(autouse=True)
 def no_leaked_threads(wait_until: Callable[..., None]) -> Iterator[None]:
-    """Fail a test that leaves a thread behind (a watcher, an inotify observer, a server)."""
+    """Fail a test that leaves a thread behind (a follower, an inotify observer, a server)."""
     before = set(threading.enumerate())
     yield
 
@@ -44,9 +44,9 @@ def no_leaked_threads(wait_until: Callable[..., None]) -> Iterator[None]:
 
 
 @pytest.fixture
-def hub() -> Iterator[WatcherHub]:
-    """A watcher hub of the test's own; every watcher it started is stopped afterwards."""
-    h = WatcherHub()
+def hub() -> Iterator[FollowerHub]:
+    """A follower hub of the test's own; every follower it started is stopped afterwards."""
+    h = FollowerHub()
     yield h
     h.close()
 
@@ -66,7 +66,7 @@ def saved(t: float, path: str, step: int, *, attempt: int = 0, **fields: Any) ->
 
 @dataclass
 class Scenario:
-    """A run state fed by hand, and the snapshots a watcher would have published of it."""
+    """A run state fed by hand, and the snapshots a follower would have published of it."""
 
     root: str = "/runs/exp1"
     state: RunState = field(default_factory=lambda: RunState("/runs/exp1", "r1"))

@@ -12,7 +12,7 @@ import pytest
 
 from ckptdash import control, events
 from ckptdash.dash.app import Dashboard, DashOptions
-from ckptdash.dash.feed.hub import WatcherHub
+from ckptdash.dash.feed.hub import FollowerHub
 from ckptdash.dash.model import DashModel
 from ckptdash.dash.views import render_commands
 from ckptdash.dash.views.checkpoints import CheckpointTable
@@ -25,7 +25,7 @@ WaitUntil = Callable[..., None]
 
 
 @pytest.fixture
-def live(tmp_path: Path, hub: WatcherHub, wait_until: WaitUntil) -> Iterator[Dashboard]:
+def live(tmp_path: Path, hub: FollowerHub, wait_until: WaitUntil) -> Iterator[Dashboard]:
     """A dashboard (no server) on a run whose attempt 0 is training now."""
     root = tmp_path / "exp1"
     with EventWriter(root, attempt=0, host="n0") as w:

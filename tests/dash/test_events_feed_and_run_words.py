@@ -21,7 +21,7 @@ import pytest
 from ckptdash import humanize as fmt
 from ckptdash.cli import main
 from ckptdash.dash.app import Dashboard, DashOptions
-from ckptdash.dash.feed.hub import WatcherHub
+from ckptdash.dash.feed.hub import FollowerHub
 from ckptdash.dash.views.events import feed_entries
 from ckptdash.dash.views.timeline import clock_ticks
 from ckptdash.state.reading import load_state
@@ -93,7 +93,7 @@ def killed_then_interrupted(
 
 @pytest.fixture
 def dash(
-    killed_then_interrupted: Path, hub: WatcherHub, wait_until: WaitUntil
+    killed_then_interrupted: Path, hub: FollowerHub, wait_until: WaitUntil
 ) -> Iterator[Dashboard]:
     d = Dashboard(killed_then_interrupted, options=DashOptions(watch="inotify"), hub=hub)
     wait_until(lambda: d.model.run is not None, what="the first load")
@@ -152,7 +152,7 @@ def test_header_and_cli_name_the_interrupted_run_alike_and_controls_say_why_off(
 
 def test_a_zero_based_loop_that_finished_reads_all_steps_done(
     tmp_path: Path,
-    hub: WatcherHub,
+    hub: FollowerHub,
     wait_until: WaitUntil,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -173,7 +173,7 @@ def test_a_zero_based_loop_that_finished_reads_all_steps_done(
 
 
 def test_a_page_waiting_for_its_run_says_so(
-    tmp_path: Path, hub: WatcherHub, wait_until: WaitUntil
+    tmp_path: Path, hub: FollowerHub, wait_until: WaitUntil
 ) -> None:
     """A dashboard opened before the training started says Save now and Stop wait for the run
     to start, not that no run is selected."""

@@ -1,4 +1,4 @@
-"""The watcher: inotify or polling, new bytes only, new runs, settings, failing views."""
+"""The follower: inotify or polling, new bytes only, new runs, settings, failing views."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from ckptdash import control, events
 from ckptdash.dash.feed import mounts
-from ckptdash.dash.feed.follow import RunWatcher
+from ckptdash.dash.feed.follow import RunFollower
 from ckptdash.dash.feed.snapshot import FolderSnapshot
 from ckptdash.rundir.writer import EventWriter
 
@@ -39,12 +39,12 @@ class Latest:
 def test_appended_events_are_published(
     make_run: Callable[..., Path], wait_until: WaitUntil, mode: mounts.WatchMode
 ) -> None:
-    """Events appended to a run reach the subscribers, from the watcher's own thread; with
+    """Events appended to a run reach the subscribers, from the follower's own thread; with
     inotify the safety poll is much slower than the update (30 s) so inotify did it."""
     root = make_run()
     latest = Latest()
     interval = 0.2 if mode == "poll" else 1.0
-    with RunWatcher(root, mode=mode, poll_interval_s=interval, refresh_s=30.0) as w:
+    with RunFollower(root, mode=mode, poll_interval_s=interval, refresh_s=30.0) as w:
         w.subscribe(latest)
         wait_until(lambda: latest.snap is not None and latest.snap.runs, what="first load")
         assert latest.run().events_total == 16
@@ -59,7 +59,7 @@ def test_polls_read_only_new_bytes(make_run: Callable[..., Path], wait_until: Wa
     """Each event is applied once however many polls run (the tailer keeps its offsets)."""
     root = make_run()
     latest = Latest()
-    with RunWatcher(root, mode="poll", poll_interval_s=0.05) as w:
+    with RunFollower(root, mode="poll", poll_interval_s=0.05) as w:
         w.subscribe(latest)
         wait_until(lambda: w.polls >= 5, what="several polls")
         with EventWriter(root, attempt=2) as writer:
@@ -74,7 +74,7 @@ def test_a_new_run_in_the_folder_joins(
     """Watching a folder of runs: a run created later appears in the snapshots."""
     make_run("a")
     latest = Latest()
-    with RunWatcher(tmp_path, mode="inotify", refresh_s=30.0) as w:
+    with RunFollower(tmp_path, mode="inotify", refresh_s=30.0) as w:
         w.subscribe(latest)
         wait_until(lambda: latest.snap is not None and len(latest.snap.runs) == 1)
         assert latest.snap is not None and latest.snap.is_folder
@@ -86,10 +86,10 @@ def test_a_missing_or_empty_folder_is_waited_for_calmly(
     tmp_path: Path, wait_until: WaitUntil
 ) -> None:
     """A folder that does not exist yet, then exists empty, is no problem (the training will
-    create the run): the watcher publishes no runs and no problem, and picks the run up when
+    create the run): the follower publishes no runs and no problem, and picks the run up when
     its first event appears. A file in place of the folder is a problem, with the fix."""
     latest = Latest()
-    with RunWatcher(tmp_path / "later", mode="poll", poll_interval_s=0.05) as w:
+    with RunFollower(tmp_path / "later", mode="poll", poll_interval_s=0.05) as w:
         w.subscribe(latest)
         wait_until(lambda: latest.snap is not None and latest.snap.loaded)
         assert latest.snap is not None and (latest.snap.problem, latest.snap.runs) == ("", ())
@@ -99,7 +99,7 @@ def test_a_missing_or_empty_folder_is_waited_for_calmly(
         assert latest.snap is not None and latest.snap.problem == ""
     (tmp_path / "a-file").write_text("")
     latest = Latest()
-    with RunWatcher(tmp_path / "a-file", mode="poll", poll_interval_s=0.05) as w:
+    with RunFollower(tmp_path / "a-file", mode="poll", poll_interval_s=0.05) as w:
         w.subscribe(latest)
         wait_until(lambda: latest.snap is not None and "not a directory" in latest.snap.problem)
 
@@ -108,7 +108,7 @@ def test_settings_changes_are_seen(make_run: Callable[..., Path], wait_until: Wa
     """Suspending requeue (a settings file, no event) reaches the snapshot."""
     root = make_run()
     latest = Latest()
-    with RunWatcher(root, mode="inotify", refresh_s=30.0) as w:
+    with RunFollower(root, mode="inotify", refresh_s=30.0) as w:
         w.subscribe(latest)
         wait_until(lambda: latest.snap is not None and latest.snap.runs)
         control.update_settings(root, requeue_suspended=True, author="t")
@@ -119,7 +119,7 @@ def test_settings_changes_are_seen(make_run: Callable[..., Path], wait_until: Wa
         )
 
 
-def test_a_failing_subscriber_does_not_stop_the_watcher(
+def test_a_failing_subscriber_does_not_stop_the_follower(
     make_run: Callable[..., Path], wait_until: WaitUntil
 ) -> None:
     """A view that raises is logged; the others keep getting snapshots."""
@@ -129,7 +129,7 @@ def test_a_failing_subscriber_does_not_stop_the_watcher(
     def broken(snap: FolderSnapshot) -> None:
         raise RuntimeError("a view broke")
 
-    with RunWatcher(root, mode="poll", poll_interval_s=0.05) as w:
+    with RunFollower(root, mode="poll", poll_interval_s=0.05) as w:
         w.subscribe(broken)
         w.subscribe(latest)
         wait_until(lambda: latest.calls >= 3, what="three snapshots")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ckptdash import events
 from ckptdash.dash.app import Dashboard, DashOptions
-from ckptdash.dash.feed.hub import WatcherHub
+from ckptdash.dash.feed.hub import FollowerHub
 from ckptdash.dash.views.health import render_banner, render_ranks
 from ckptdash.rundir.writer import EventWriter
 from tests.dash.conftest import T0, Scenario, ev
@@ -54,7 +54,7 @@ def test_banner_lists_alerts_as_the_clock_moves(scenario: Scenario) -> None:
 
 
 def test_dashboard_and_widget_show_the_banner_and_ranks(
-    tmp_path: Path, hub: WatcherHub, wait_until: Callable[..., None]
+    tmp_path: Path, hub: FollowerHub, wait_until: Callable[..., None]
 ) -> None:
     """The Dashboard (served page and notebook widget alike) shows a hung run's banner and its
     ranks by node, from the run directory."""

@@ -1,21 +1,21 @@
-"""The hub: one watcher per path, shared by sessions, stopped with the last one."""
+"""The hub: one follower per path, shared by sessions, stopped with the last one."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
 
-from ckptdash.dash.feed.hub import WatcherHub
+from ckptdash.dash.feed.hub import FollowerHub
 
 WaitUntil = Callable[..., None]
 
 
-def test_hub_shares_one_watcher_and_stops_it_with_the_last_user(
+def test_hub_shares_one_follower_and_stops_it_with_the_last_user(
     make_run: Callable[..., Path], wait_until: WaitUntil
 ) -> None:
-    """Two sessions of one path share a watcher; it stops when the second is released."""
+    """Two sessions of one path share a follower; it stops when the second is released."""
     root = make_run()
-    hub = WatcherHub()
+    hub = FollowerHub()
     first = hub.acquire(root)
     second = hub.acquire(str(root) + "/")
     assert first is second
@@ -23,6 +23,6 @@ def test_hub_shares_one_watcher_and_stops_it_with_the_last_user(
     hub.release(first)
     assert first.running
     hub.release(second)
-    wait_until(lambda: not first.running, what="the watcher to stop")
+    wait_until(lambda: not first.running, what="the follower to stop")
     assert hub.users(first) == 0
-    assert hub.watchers() == []
+    assert hub.followers() == []

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 from ckptdash import control, events
 from ckptdash.dash.app import Dashboard, DashOptions
-from ckptdash.dash.feed.hub import WatcherHub
+from ckptdash.dash.feed.hub import FollowerHub
 from ckptdash.dash.model import DashModel
 from ckptdash.dash.views import RunList
 from ckptdash.dash.views.checkpoints import checkpoint_frame
@@ -137,7 +137,7 @@ def test_metric_points_are_the_thinned_progress_points_with_their_metrics() -> N
 
 
 def test_choosing_on_the_plot_pins_through_the_controls(
-    make_run: Callable[..., Path], hub: WatcherHub, wait_until: WaitUntil
+    make_run: Callable[..., Path], hub: FollowerHub, wait_until: WaitUntil
 ) -> None:
     """A tap at a step chooses a checkpoint; the plot's button writes it as the resume pin."""
     # The run declared its /ck folder: its checkpoints there count (docs/format.md).

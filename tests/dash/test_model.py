@@ -16,7 +16,7 @@ from tests.dash.conftest import T0, Scenario, ev, preempted_run
 
 
 def test_importing_ckptdash_and_the_plain_parts_does_not_import_panel() -> None:
-    """`import ckptdash` and the model, goodput and watcher modules never load Panel or Bokeh;
+    """`import ckptdash` and the model, goodput and follower modules never load Panel or Bokeh;
     `ckptdash.dashboard` loads it on first use."""
     code = (
         "import sys, ckptdash, ckptdash.dash, ckptdash.dash.model, ckptdash.analysis.preemption,"

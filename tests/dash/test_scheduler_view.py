@@ -20,7 +20,7 @@ import pytest
 
 from ckptdash import control, events
 from ckptdash.dash.app import Dashboard, DashOptions
-from ckptdash.dash.feed.hub import WatcherHub
+from ckptdash.dash.feed.hub import FollowerHub
 from ckptdash.dash.feed.snapshot import SnapshotBuilder
 from ckptdash.dash.model import DashModel
 from ckptdash.dash.views import slurm as scheduler
@@ -318,7 +318,7 @@ def test_missing_scontrol_is_said_once_not_per_refresh(
 
 def test_dashboard_without_scontrol_on_path(
     make_run: Callable[..., Path],
-    hub: WatcherHub,
+    hub: FollowerHub,
     wait_until: WaitUntil,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
@@ -369,7 +369,7 @@ def test_suspend_toggle_mirrors_requeue_onto_the_job(
     _said(p, wait_until, "auto-requeue suspended; slurm job 77: Requeue=0 (RUNNING")
     assert runner.made("scontrol", "update", "JobId=77", "Requeue=0")
 
-    p.publish(requeue_suspended=True)  # what the watcher reads back from the settings file
+    p.publish(requeue_suspended=True)  # what the follower reads back from the settings file
     p.click(p.controls.requeue_button)
     assert not control.read_settings(p.root).requeue_suspended
     _said(p, wait_until, "auto-requeue resumed; slurm job 77: Requeue=1")

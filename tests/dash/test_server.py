@@ -1,4 +1,4 @@
-"""The served dashboard: pages, sessions sharing one watcher, origins, safe defaults, and
+"""The served dashboard: pages, sessions sharing one follower, origins, safe defaults, and
 `panel serve ckptdash` from the repository root."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from tornado.websocket import websocket_connect
 
 from ckptdash.cli import main
 from ckptdash.dash.app import Dashboard, DashOptions, default_path
-from ckptdash.dash.feed.hub import WatcherHub
+from ckptdash.dash.feed.hub import FollowerHub
 from ckptdash.dash.server import ServeOptions, start_server
 from ckptdash.errors import CkptDashError
 
@@ -36,7 +36,7 @@ EXTERNAL = re.compile(r"""(?:src|href)\s*=\s*["']?(?:https?:)?//(?!127\.0\.0\.1|
 @dataclass
 class Served:
     url: str
-    hub: WatcherHub
+    hub: FollowerHub
     dashboards: list[Dashboard]
 
 
@@ -48,7 +48,7 @@ def _get(url: str) -> str:
 
 @pytest.fixture
 def served(
-    make_run: Callable[..., Path], wait_until: WaitUntil, hub: WatcherHub
+    make_run: Callable[..., Path], wait_until: WaitUntil, hub: FollowerHub
 ) -> Iterator[Served]:
     """The Dashboard served with pn.serve(port=0, threaded=True); sessions nobody connects to
     are destroyed after 0.3 s (so session ends can be watched)."""
@@ -88,20 +88,20 @@ def test_page_is_served_without_any_external_resource(served: Served) -> None:
     assert not EXTERNAL.findall(html), EXTERNAL.findall(html)[:3]
 
 
-def test_sessions_share_one_watcher_stopped_with_the_last_session(
+def test_sessions_share_one_follower_stopped_with_the_last_session(
     served: Served, wait_until: WaitUntil
 ) -> None:
-    """Each page load is a session with its own Dashboard; all share one watcher, which stops
+    """Each page load is a session with its own Dashboard; all share one follower, which stops
     when the last session ends."""
     _get(served.url)
     _get(served.url)
     first, second = served.dashboards
     assert first is not second
-    assert first.watcher is second.watcher
+    assert first.follower is second.follower
     assert first.table.table is not second.table.table  # widgets per session
-    watcher = first.watcher
-    wait_until(lambda: served.hub.users(watcher) == 0, timeout=30, what="both sessions to end")
-    wait_until(lambda: not watcher.running, what="the watcher to stop")
+    follower = first.follower
+    wait_until(lambda: served.hub.users(follower) == 0, timeout=30, what="both sessions to end")
+    wait_until(lambda: not follower.running, what="the follower to stop")
 
 
 def test_listening_beyond_this_host_needs_an_explicit_flag() -> None:

@@ -1,5 +1,5 @@
 """The views and controls, without a server: what they show, what a click writes, and that
-updates arrive from the watcher's thread while the main thread is blocked."""
+updates arrive from the follower's thread while the main thread is blocked."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 from ckptdash import control, events
 from ckptdash.dash.app import Dashboard, DashOptions, dashboard
-from ckptdash.dash.feed.hub import WatcherHub
+from ckptdash.dash.feed.hub import FollowerHub
 from ckptdash.dash.model import DashModel
 from ckptdash.dash.views import render_commands
 from ckptdash.dash.views.controls import ControlActions
@@ -28,7 +28,7 @@ WaitUntil = Callable[..., None]
 
 @pytest.fixture
 def dash(
-    make_run: Callable[..., Path], hub: WatcherHub, wait_until: WaitUntil
+    make_run: Callable[..., Path], hub: FollowerHub, wait_until: WaitUntil
 ) -> Iterator[Dashboard]:
     """A dashboard (no server) on the preempted run, loaded; the run declared its /ck folder."""
     root = make_run(evs=[*preempted_run(), ev(events.CheckpointDirDeclared, 0.5, path="/ck")])
@@ -68,10 +68,10 @@ def test_table_lists_checkpoints_newest_first(dash: Dashboard) -> None:
 
 
 def test_save_now_writes_one_command_and_changes_nothing_shown(dash: Dashboard) -> None:
-    """A click writes exactly one command file; the shown state is untouched until the watcher
+    """A click writes exactly one command file; the shown state is untouched until the follower
     reads the file back (then the command shows as pending)."""
     root = dash.path
-    dash.watcher.stop()  # nothing reads the file back during this test
+    dash.follower.stop()  # nothing reads the file back during this test
     run_before = dash.model.run
     _clicks(dash, dash.controls.save_button)
     files = _inbox(root)
@@ -133,7 +133,7 @@ def test_requeue_button_flips_the_setting(dash: Dashboard, wait_until: WaitUntil
 
 
 def test_pin_only_a_recorded_valid_checkpoint(
-    make_run: Callable[..., Path], hub: WatcherHub, wait_until: WaitUntil, tmp_path: Path
+    make_run: Callable[..., Path], hub: FollowerHub, wait_until: WaitUntil, tmp_path: Path
 ) -> None:
     """Pinning a selected row writes the pin and changes the resume choice; a path the run
     never recorded is refused and nothing is written."""
@@ -207,7 +207,7 @@ def test_actions_refuse_without_a_run(tmp_path: Path) -> None:
 def test_updates_arrive_while_the_main_thread_blocks(
     dash: Dashboard, wait_until: WaitUntil
 ) -> None:
-    """Views are updated from the watcher's thread, with no event loop: what keeps a notebook
+    """Views are updated from the follower's thread, with no event loop: what keeps a notebook
     widget live while a cell runs trainer.fit(). The main thread only waits on an Event."""
     root = dash.path
     seen = threading.Event()
@@ -226,7 +226,7 @@ def test_updates_arrive_while_the_main_thread_blocks(
 
 
 def test_folder_lists_runs_and_selection_switches_the_views(
-    make_run: Callable[..., Path], hub: WatcherHub, wait_until: WaitUntil, tmp_path: Path
+    make_run: Callable[..., Path], hub: FollowerHub, wait_until: WaitUntil, tmp_path: Path
 ) -> None:
     """A folder of runs shows the run list; selecting a row shows that run."""
     make_run("a")
@@ -300,7 +300,7 @@ def test_timeline_without_a_server_redraws_at_once_and_pushes(
 
 
 def test_first_rows_change_only_the_tables_data_not_their_configuration(
-    make_run: Callable[..., Path], hub: WatcherHub, wait_until: WaitUntil, tmp_path: Path
+    make_run: Callable[..., Path], hub: FollowerHub, wait_until: WaitUntil, tmp_path: Path
 ) -> None:
     """A page opened on a run with no checkpoint yet must draw the first rows when they come.
     The browser rebuilds a table whose configuration changes, and rows that arrive during that
@@ -354,7 +354,7 @@ def test_first_rows_change_only_the_tables_data_not_their_configuration(
 
 
 def test_a_locked_page_shows_why_and_its_actions_write_nothing(
-    make_run: Callable[..., Path], hub: WatcherHub, wait_until: WaitUntil
+    make_run: Callable[..., Path], hub: FollowerHub, wait_until: WaitUntil
 ) -> None:
     """``DashOptions(controls_off=...)`` (``panel serve`` without a login): every control is
     off and the page says why; the actions refuse on their own too, since a client can send
@@ -390,7 +390,7 @@ def test_a_locked_page_shows_why_and_its_actions_write_nothing(
 
 
 def test_header_names_the_logger_runs_of_the_run(
-    make_run: Callable[..., Path], hub: WatcherHub, wait_until: WaitUntil
+    make_run: Callable[..., Path], hub: FollowerHub, wait_until: WaitUntil
 ) -> None:
     """A run whose attempts logged into a TensorBoard folder and a W&B run says so in the
     header, one line each: which logger, which id, where, and what the last attempt redid."""

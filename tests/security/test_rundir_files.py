@@ -21,7 +21,7 @@ import pytest
 
 from ckptdash import Monitor, control
 from ckptdash.cli import main as cli
-from ckptdash.dash.feed.follow import RunWatcher
+from ckptdash.dash.feed.follow import RunFollower
 from ckptdash.errors import ControlError, MalformedControlFile, RunDirError
 from ckptdash.events import BadLine, decode_command, decode_line
 from ckptdash.humanize import short_id
@@ -135,9 +135,9 @@ def test_run_json_as_a_fifo_or_dev_zero_fails_alone(
     ]
 
     def dashboard() -> set[str]:
-        with RunWatcher(runs, mode="poll", poll_interval_s=0.05) as watcher:
-            assert watcher.wait_loaded(30) and watcher.latest is not None
-            return {Path(r.root).name for r in watcher.latest.runs}
+        with RunFollower(runs, mode="poll", poll_interval_s=0.05) as follower:
+            assert follower.wait_loaded(30) and follower.latest is not None
+            return {Path(r.root).name for r in follower.latest.runs}
 
     assert "good" in _within(60, dashboard)
     assert good.exists()

@@ -11,7 +11,7 @@ import pytest
 
 from ckptdash import Monitor, choose_resume, control
 from ckptdash.cli import main as cli
-from ckptdash.dash.feed.follow import RunWatcher
+from ckptdash.dash.feed.follow import RunFollower
 from ckptdash.events import CheckpointSaved, encode
 from ckptdash.rundir import RunDir
 from ckptdash.rundir.hashing import checksum_file
@@ -74,9 +74,9 @@ def test_forged_records_are_invalid_never_chosen_or_pinnable(
     assert "is not this run" in details and "file named for attempt 7" in details
     assert [c.path for c in state.valid_checkpoints()] == [own.path]
     assert choose_resume(run).path == own.path
-    with RunWatcher(run, mode="poll", poll_interval_s=0.05) as watcher:  # the dashboard's view
-        assert watcher.wait_loaded(30) and watcher.latest is not None
-        shown = {c.path: c.status for c in watcher.latest.runs[0].checkpoints}
+    with RunFollower(run, mode="poll", poll_interval_s=0.05) as follower:  # the dashboard's view
+        assert follower.wait_loaded(30) and follower.latest is not None
+        shown = {c.path: c.status for c in follower.latest.runs[0].checkpoints}
     assert shown == {own.path: "saved", str(outside): "invalid"}
 
     assert cli(["resume", str(run), "--pin", str(outside)]) != 0

@@ -15,8 +15,8 @@ import pytest
 
 from ckptdash import Monitor
 from ckptdash.dash.app import Dashboard, DashOptions
-from ckptdash.dash.feed.follow import RunWatcher
-from ckptdash.dash.feed.hub import WatcherHub
+from ckptdash.dash.feed.follow import RunFollower
+from ckptdash.dash.feed.hub import FollowerHub
 from ckptdash.events import decode_metrics
 from ckptdash.rundir import RunDir
 from ckptdash.state.reading import load_state
@@ -54,7 +54,7 @@ def _runs(folder: Path) -> tuple[Path, Path]:
 def test_out_of_range_values_are_invalid_lines_and_every_run_still_shows(tmp_path: Path) -> None:
     """Times in year 2300 or 1e300, steps of 2^63, absurd sizes, durations and metrics:
     ``ckptdash status`` (a real process, text and JSON) prints both runs of the folder and
-    counts the bad lines; the dashboard's watcher loads both runs; the absurd metric values
+    counts the bad lines; the dashboard's follower loads both runs; the absurd metric values
     are left out of the progress."""
     good, bad = _runs(tmp_path)
     for extra in ([], ["--json"]):
@@ -76,9 +76,9 @@ def test_out_of_range_values_are_invalid_lines_and_every_run_still_shows(tmp_pat
     assert state.bad_lines.counts == {"invalid": 6}
     raw = msgspec.Raw(json.dumps(HOSTILE[4]["metrics"]).encode())
     assert decode_metrics(raw) == {"ok": 0.5}
-    with RunWatcher(tmp_path, mode="poll", poll_interval_s=0.05) as watcher:
-        assert watcher.wait_loaded(30)
-        snap = watcher.latest
+    with RunFollower(tmp_path, mode="poll", poll_interval_s=0.05) as follower:
+        assert follower.wait_loaded(30)
+        snap = follower.latest
         assert snap is not None and snap.problem == ""
         assert sorted(r.root for r in snap.runs) == sorted([str(good), str(bad)])
 
@@ -103,14 +103,14 @@ def test_the_largest_valid_values_draw_in_the_dashboard(
     text = "".join(json.dumps({**envelope, **line}) + "\n" for line in lines)
     (rd.events / "A0000.R0000.h.1.jsonl").write_text(text)
     assert load_state(run).bad_lines.counts == {}
-    hub = WatcherHub()
+    hub = FollowerHub()
     dash = Dashboard(run, options=DashOptions(watch="poll"), hub=hub)
     try:
         wait_until(lambda: len(dash.table.table.value) == 2, what="both checkpoints shown")
         with dash.holding_updates():
             pass  # the snapshot has reached every view
         failures = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
-        assert failures == []  # a view that raises is logged by the watcher, not raised
+        assert failures == []  # a view that raises is logged by the follower, not raised
     finally:
         dash.close()
         hub.close()

@@ -20,7 +20,7 @@ def main(run_dir: str, out: str) -> None:
     from panel.io import notebook
 
     from ckptdash.dash.app import Dashboard
-    from ckptdash.dash.feed.hub import WatcherHub
+    from ckptdash.dash.feed.hub import FollowerHub
 
     outputs: list[str] = []
 
@@ -34,7 +34,7 @@ def main(run_dir: str, out: str) -> None:
     IPython.display.publish_display_data = publish
     pn.extension("tabulator", inline=True)
     notebook.load_notebook(inline=True)
-    hub = WatcherHub()
+    hub = FollowerHub()
     dashboard = Dashboard(run_dir, hub=hub, first_read_s=10.0)
     try:
         data, _ = dashboard._repr_mimebundle_()

@@ -18,7 +18,7 @@ import pytest
 
 from ckptdash import events
 from ckptdash.dash.app import Dashboard, DashOptions
-from ckptdash.dash.feed.hub import WatcherHub
+from ckptdash.dash.feed.hub import FollowerHub
 from ckptdash.dash.views.widgets import button_label
 from ckptdash.ops.slurm import HOLD_REASONS
 from ckptdash.rundir.writer import EventWriter
@@ -57,7 +57,7 @@ def held_job(slurm_cluster: Cluster, tmp_path: Path) -> Iterator[tuple[Scenario,
 @pytest.fixture
 def dashboard(held_job: tuple[Scenario, str]) -> Iterator[Dashboard]:
     s, job = held_job
-    hub = WatcherHub()
+    hub = FollowerHub()
     d = Dashboard(requeued_run(s.root / "run", job), options=DashOptions(watch="poll"), hub=hub)
     try:
         yield d

@@ -22,9 +22,9 @@ only to make us stat the event files again). Even with inotify the worker
 polls every ``refresh_s`` as a safety net, and to advance the clock that
 "last heartbeat 12 s ago" and stale detection read.
 
-One :class:`RunWatcher` per path serves every browser session:
-:class:`~ckptdash.dash.feed.hub.WatcherHub` counts the sessions and stops the
-watcher when the last one ends.
+One :class:`RunFollower` per path serves every browser session:
+:class:`~ckptdash.dash.feed.hub.FollowerHub` counts the sessions and stops the
+follower when the last one ends.
 """
 
 from __future__ import annotations
@@ -57,6 +57,7 @@ from ckptdash.dash.feed.mounts import WatchMode, choose_mode
 from ckptdash.dash.feed.snapshot import FolderSnapshot, RunSnapshot, SnapshotBuilder
 from ckptdash.errors import CkptDashError, RunDirError
 from ckptdash.events import Settings
+from ckptdash.ops import liveness
 from ckptdash.rundir import CONTROL_DIR, EVENTS_DIR, RunDir, find_runs
 from ckptdash.state import RunState
 from ckptdash.state.reading import new_state
@@ -193,14 +194,14 @@ class _Run:
 Subscriber: TypeAlias = Callable[[FolderSnapshot], None]
 
 
-class RunWatcher:
+class RunFollower:
     """Tail ``path`` (a run directory or a folder of runs) in a thread; publish every change.
 
     Subscribers are called in the worker thread with a :class:`FolderSnapshot`
     after every poll that found something, and at least every ``refresh_s``
     (the clock moves). A subscriber that raises is logged and kept.
 
-    >>> with RunWatcher("runs/exp1") as w:            # doctest: +SKIP
+    >>> with RunFollower("runs/exp1") as w:            # doctest: +SKIP
     ...     w.subscribe(lambda snap: print(snap.runs[0].progress))
     """
 
@@ -261,7 +262,7 @@ class RunWatcher:
 
     # --- lifecycle ---------------------------------------------------------------------------
 
-    def start(self) -> RunWatcher:
+    def start(self) -> RunFollower:
         """Start the worker (and the inotify observer); returns self. Idempotent."""
         if self._thread is not None:
             return self
@@ -287,7 +288,7 @@ class RunWatcher:
             self._thread.join(timeout)
         self._strategy.stop(timeout)
 
-    def __enter__(self) -> RunWatcher:
+    def __enter__(self) -> RunFollower:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -335,7 +336,7 @@ class RunWatcher:
             try:
                 self._poll(roots)
                 self._publish()
-            except Exception:  # the watcher must outlive any one bad poll
+            except Exception:  # the follower must outlive any one bad poll
                 log.exception("ckptdash: polling %s failed; trying again", self.path)
             last_poll = time.monotonic()
             if roots is None:
@@ -394,13 +395,18 @@ class RunWatcher:
                     run.sightings += len(batch.commands)
                     changed = True
             changed |= self._read_settings(run)
-            if changed or run.builder.last is None:
+            # A job killed with kill -9 writes nothing more: on its own host its pid says at
+            # once that it is gone (one /proc read per poll of a running attempt).
+            gone = liveness.gone_here(run.state, now=self._clock())
+            last = run.builder.last
+            if changed or last is None or set(gone) != set(last.gone):
                 run.builder.take(
                     run.state,
                     sightings=run.sightings,
                     settings=run.settings,
                     settings_error=run.settings_error,
                     settings_key=run.settings_key,
+                    gone=gone,
                 )
             self._strategy.watch_run(run.rd)
 

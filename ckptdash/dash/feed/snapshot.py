@@ -1,6 +1,6 @@
 """Immutable snapshots of runs: what every session's views read.
 
-The watcher (:mod:`ckptdash.dash.feed.follow`) owns every
+The follower (:mod:`ckptdash.dash.feed.follow`) owns every
 :class:`~ckptdash.state.RunState` and, after each poll, turns the runs that
 changed into :class:`RunSnapshot` objects with a :class:`SnapshotBuilder`;
 every browser session (and the notebook widget) gets the same snapshots.
@@ -57,9 +57,18 @@ class RunSignature:
     settings_key: object
     """Changes whenever the settings file did."""
     run_id: str
+    gone: tuple[int, ...] = ()
+    """The running attempts whose process this host found gone (:mod:`ckptdash.ops.liveness`)."""
 
     @classmethod
-    def of(cls, state: RunState, *, sightings: int, settings_key: object) -> RunSignature:
+    def of(
+        cls,
+        state: RunState,
+        *,
+        sightings: int,
+        settings_key: object,
+        gone: Mapping[int, str] | None = None,
+    ) -> RunSignature:
         counts = state.event_counts
         return cls(
             events_total=state.events_total,
@@ -70,6 +79,7 @@ class RunSignature:
             bad_lines=tuple(sorted(state.bad_lines.counts.items())),
             settings_key=settings_key,
             run_id=state.run_id,
+            gone=tuple(sorted(gone or {})),
         )
 
 
@@ -105,6 +115,10 @@ class RunSnapshot:
     anomalies: tuple[AnomalyInfo, ...] = ()
     loggers: tuple[LoggerInfo, ...] = ()
     """The experiment-logger runs the curves go to (TensorBoard, W&B, ...), by logger name."""
+    gone: Mapping[int, str] = field(default_factory=dict)
+    """Running attempts whose process is gone from this host, with a line saying so
+    (:func:`ckptdash.ops.liveness.gone_here`): the header and health say ``lost`` at once
+    instead of ``running`` until the pulses are missed."""
     health: Facts | None = field(default=None, repr=False, compare=False)
     """What the health detectors read (:func:`ckptdash.analysis.health.detect` runs on it as the
     clock
@@ -128,7 +142,7 @@ class RunSnapshot:
 
 @dataclass(frozen=True)
 class FolderSnapshot:
-    """Everything one watcher knows at one moment: every run, the clock, and how it watches."""
+    """Everything one follower knows at one moment: every run, the clock, and how it watches."""
 
     path: str
     runs: tuple[RunSnapshot, ...]
@@ -142,7 +156,7 @@ class FolderSnapshot:
 
 class SnapshotBuilder:
     """Turns one run's :class:`RunState` into :class:`RunSnapshot` objects, reusing what did not
-    change. Call :meth:`take` from the thread that applies events to the state (the watcher's).
+    change. Call :meth:`take` from the thread that applies events to the state (the follower's).
     """
 
     def __init__(self, root: str) -> None:
@@ -160,14 +174,17 @@ class SnapshotBuilder:
         settings: Settings | None,
         settings_error: str,
         settings_key: object,
+        gone: Mapping[int, str] | None = None,
     ) -> RunSnapshot:
         """The run now; the previous snapshot itself when nothing changed.
 
         ``sightings`` counts command-file sightings the tailer reported (they
         change a command's status without an event); ``settings_key`` changes
-        whenever the settings file did.
+        whenever the settings file did; ``gone``: running attempts whose process is gone.
         """
-        signature = RunSignature.of(state, sightings=sightings, settings_key=settings_key)
+        signature = RunSignature.of(
+            state, sightings=sightings, settings_key=settings_key, gone=gone
+        )
         old = self.last
         if old is not None and old.signature == signature:
             return old
@@ -215,6 +232,7 @@ class SnapshotBuilder:
             metrics=metrics,
             anomalies=tuple(state.anomalies),
             loggers=tuple(state.loggers[n] for n in sorted(state.loggers)),
+            gone=dict(gone or {}),
             health=facts,
         )
         self.last = snap

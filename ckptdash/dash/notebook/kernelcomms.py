@@ -9,7 +9,7 @@ Run → Run All Cells sends every cell's ``execute_request`` at once, so the
 front end's ``comm_open`` (sent when it renders the widget's output) queues
 behind the next cell: a training cell. Until that cell ends the widget's push
 comm stays closed; Panel then reschedules each update on an event loop of the
-watcher's thread that never runs, so the update is lost for good. The widget
+follower's thread that never runs, so the update is lost for good. The widget
 stays frozen at its first render ("holds no run", or the step it had), and the
 parts whose updates were lost (the checkpoint table) stay wrong even after the
 cell. Cell by cell (Shift+Enter) the front end's ``comm_open`` arrives while the

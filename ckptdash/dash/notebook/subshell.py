@@ -35,7 +35,7 @@ class SubshellRoute:
     def route(self, client_comms: Iterable[Any], lock: threading.RLock) -> int:
         """Route every opened comm among ``client_comms`` (pyviz_comms client comms) not yet
         routed, its messages handled under ``lock`` (the lock the widget's updates hold: the
-        subshell's thread and the watcher's never change the widgets at once); returns how
+        subshell's thread and the follower's never change the widgets at once); returns how
         many comms are routed so far. Cheap when there is nothing new."""
         new = [
             c

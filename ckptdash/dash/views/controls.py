@@ -2,7 +2,7 @@
 checkpoint.
 
 Every click writes one command or one setting through :mod:`ckptdash.control`
-and nothing else: the displayed state changes only when the watcher reads
+and nothing else: the displayed state changes only when the follower reads
 the file back (a pending command, a new setting) and, later, the training
 side's answer. Every input is checked here, on the server — a run must be
 one the dashboard lists, a pin must be a checkpoint that run recorded — so a
@@ -90,7 +90,7 @@ class ControlActions:
     """What the buttons do, without the buttons: each method writes one file and says what.
 
     ``author`` is asked at each action (a served page may know the logged-in
-    user); ``nudge`` asks the watcher to read the result back now; ``mirror_requeue``
+    user); ``nudge`` asks the follower to read the result back now; ``mirror_requeue``
     copies a new requeue setting onto the scheduler (see :mod:`ckptdash.dash.views.slurm`)
     and says what it did, or "" when there is no scheduler to tell.
 

@@ -2,7 +2,7 @@
 current attempt grouped by node, with stragglers and silent ranks marked.
 
 Both read only the selected run's snapshot (its :class:`~ckptdash.analysis.health.Facts`) and the
-watcher's clock, and run :func:`ckptdash.analysis.health.detect` again as the clock moves: a job
+follower's clock, and run :func:`ckptdash.analysis.health.detect` again as the clock moves: a job
 that
 went quiet becomes ``stale`` on screen without a new event. Thresholds are the run's own
 (``ckptdash health RUN --set``), else the defaults. Nothing here touches a file.
@@ -65,7 +65,7 @@ def alerts_of(
     """The alerts that hold for ``snap`` at ``now``."""
     if snap is None or snap.health is None:
         return []
-    return health.detect(snap.health, thresholds_of(snap, stale_after_s), now)
+    return health.detect(snap.health, thresholds_of(snap, stale_after_s), now, gone=snap.gone)
 
 
 def render_banner(snap: RunSnapshot | None, now: float, stale_after_s: float | None = None) -> str:

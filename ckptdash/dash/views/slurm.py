@@ -6,10 +6,10 @@ channel, so these buttons ask SLURM directly through :mod:`ckptdash.ops.slurm` (
 login node the dashboard runs on). The panel shows SLURM's state next to the run's own events:
 pending, running or held, the reason, the restart count.
 
-``scontrol`` is never run on the watcher's thread or the session's event loop to *refresh*:
+``scontrol`` is never run on the follower's thread or the session's event loop to *refresh*:
 one background thread per session asks SLURM at most every :data:`POLL_INTERVAL_S` seconds,
 and only while the selected run has a SLURM job. Its answers reach the widgets the way the
-watcher's snapshots do (see :mod:`ckptdash.dash.delivery`). A click does not run ``scontrol``
+follower's snapshots do (see :mod:`ckptdash.dash.delivery`). A click does not run ``scontrol``
 either (Hold, Release, Cancel, and the Requeue=0/1 that Suspend / Allow auto-requeue mirrors
 onto the job): it hands its command to the same thread and returns, so a slow controller never
 holds up the page (each call has :data:`ckptdash.ops.slurm.TIMEOUT_S`). After Hold, Release
@@ -80,7 +80,7 @@ class SchedulerPanel(pn.viewable.Viewer):  # type: ignore[misc]
     applied under it, or once the served page has loaded (:meth:`ready`). ``runner`` replaces
     SLURM's commands
     in tests. Outcomes of clicks appear in ``controls``' message line. Call :meth:`close`;
-    the thread also ends once ``alive()`` is false (the dashboard's watcher stopped: a served
+    the thread also ends once ``alive()`` is false (the dashboard's follower stopped: a served
     session that was never closed, e.g. the server stopped before the browser left).
     """
 
@@ -102,7 +102,7 @@ class SchedulerPanel(pn.viewable.Viewer):  # type: ignore[misc]
         self.interval_s = interval_s
         self._alive = alive
         self._runner = runner
-        # Answers from the background thread reach the widgets as the watcher's snapshots do.
+        # Answers from the background thread reach the widgets as the follower's snapshots do.
         self._post: Delivery[JobStatus] = Delivery(self._show, doc, render_lock=render_lock)
         self._say: Delivery[tuple[str, bool]] = Delivery(
             lambda said: controls.say(said[0], problem=said[1]), doc, render_lock=render_lock

@@ -73,7 +73,7 @@ class ReadOnlyTabulator(pn.widgets.Tabulator):  # type: ignore[misc]
     """A Tabulator whose rows only the server sets (``disabled``: no cell is editable).
 
     The browser can still send its copy of the rows back with another event (a click's
-    batch); in a notebook that copy may predate rows the watcher's thread has just added, and
+    batch); in a notebook that copy may predate rows the follower's thread has just added, and
     Panel's merge then fails in pandas ("Must have equal len keys and value") halfway through
     the message, leaving a traceback in the output and the widget's document held. Rows the
     user cannot edit have nothing to tell the server: the copy is ignored.

@@ -1,4 +1,5 @@
-"""Whether a process of this host still runs: the one check the guard and the recovery share."""
+"""Whether a process a run directory names (a lock holder, a running attempt) still runs on
+this host: the training side's guard and recovery and the login side's liveness share it."""
 
 from __future__ import annotations
 
