@@ -174,14 +174,16 @@ def forget_snapshots(d: Data) -> None:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def measure(base: Data, data: Data, size: Size, reps: int) -> dict[str, dict[str, list[float]]]:
+def measure(
+    base: Data, data: Data, size: Size, reps: int, status_only: bool = False
+) -> dict[str, dict[str, list[float]]]:
     """{metric: {"base": values, "size": values}}, the two taking turns.
 
     ``status``, ``health``, ``goodput``: a first open (no snapshot: the whole log replayed,
     and the snapshot written when the log is over the threshold); ``status_snap``: the open
     after it, from the snapshot it left (the run has not grown since)."""
     out: dict[str, dict[str, list[float]]] = {}
-    commands = COMMANDS[:1] if size.folder else COMMANDS  # health and goodput take one run
+    commands = COMMANDS[:1] if size.folder or status_only else COMMANDS  # health, goodput: a run
     for name, args in commands:
 
         def timed(d: Data, args: tuple[str, ...] = args) -> Callable[[], float]:
@@ -201,6 +203,8 @@ def measure(base: Data, data: Data, size: Size, reps: int) -> dict[str, dict[str
             forget_snapshots(d)
             again(d)()
         out["status_snap"] = interleave({"base": again(base), "size": again(data)}, reps)
+    if status_only:
+        return out
 
     def rss(d: Data) -> float:
         forget_snapshots(d)
@@ -266,7 +270,13 @@ def _say(what: str) -> None:
     print(f"  scale: {what}", file=sys.stderr, flush=True)
 
 
-def run(quick: bool, full: bool = False, reps: int = 3, only: list[str] | None = None) -> list[Row]:
+def run(
+    quick: bool,
+    full: bool = False,
+    reps: int = 3,
+    only: list[str] | None = None,
+    status_only: bool = False,
+) -> list[Row]:
     OUT.mkdir(exist_ok=True)
     results: list[dict[str, object]] = []
     rows: list[Row] = []
@@ -283,7 +293,7 @@ def run(quick: bool, full: bool = False, reps: int = 3, only: list[str] | None =
             gen_s = time.perf_counter() - start
             _say(f"{size.label}: {_mb(data.bytes)} written in {gen_s:.0f} s")
             try:
-                figures = measure(base, data, size, reps)
+                figures = measure(base, data, size, reps, status_only)
             finally:
                 shutil.rmtree(data.path)
             rows += rows_for(size, data, figures)
@@ -330,8 +340,13 @@ def main(argv: list[str] | None = None) -> int:
         metavar="TEXT",
         help="only the sizes whose label contains TEXT (repeatable), e.g. --size '1,000 runs'",
     )
+    parser.add_argument(
+        "--status-only",
+        action="store_true",
+        help="only `status --json`, first open and from the snapshot (the 24 h sizes in minutes)",
+    )
     args = parser.parse_args(argv)
-    rows = run(args.quick, args.full, max(1, args.reps), args.size)
+    rows = run(args.quick, args.full, max(1, args.reps), args.size, args.status_only)
     print(table(rows))
     print(f"(also {OUT / 'scale.json'} and {OUT / 'scale.md'})")
     return 0

@@ -310,8 +310,25 @@ HOSTILE = {
     "an unknown class": _body_state(lambda d: d["state"].update(_attempts=["O", "os.system"])),
     "a missing attribute": _body_state(lambda d: d["state"].pop("events_total")),
     "a wrong type": _body_state(lambda d: d["state"].update(events_total="many")),
-    "deep nesting": _body_state(lambda d: d["state"].update(_bad_heap=["L"] * 1 + [["L"]] * 3)),
+    "deep nesting": lambda head, body: _rehash(
+        head,
+        body.replace(
+            b'"_bad_heap":["L"]', b'"_bad_heap":' + b'["L",' * 200_000 + b"0" + b"]" * 200_000
+        ),
+    ),
+    "a huge list": lambda head, body: _rehash(
+        head, body.replace(b'"_bad_heap":["L"]', b'"_bad_heap":["L"' + b',["T"]' * 20_000 + b"]")
+    ),
 }
+
+
+def _rehash(head: bytes, body: bytes) -> bytes:
+    import hashlib
+
+    body = body.rstrip(b"\n")
+    h = json.loads(head)
+    h["body_bytes"], h["body_sha256"] = len(body), hashlib.sha256(body).hexdigest()
+    return json.dumps(h).encode() + b"\n" + body + b"\n"
 
 
 @pytest.mark.parametrize("case", sorted(HOSTILE))
