@@ -221,7 +221,7 @@ def test_snapshot_plus_tail_equals_a_full_replay(ops: list[tuple[Any, ...]]) -> 
         opened = snapshot.restore(log.run, full.run_id)
         if not log.unsure or log.changed:
             assert (opened.state is not None) == (taken and not log.changed), opened.why_not
-        state = load_state(log.run, write_after=None)
+        state = load_state(log.run, write=False)
         assert answers(log.run, state) == answers(log.run, full)
         for w in log.writers.values():
             w.close()
@@ -257,7 +257,7 @@ def test_a_snapshot_is_written_used_and_equals_a_replay(tmp_path: Path) -> None:
     _append(run)
     opened = snapshot.restore(run, run.info().run_id)
     assert opened.why_not == "" and opened.read_from > 0
-    assert load_state(run, write_after=None).to_dict() == replay(run).to_dict()
+    assert load_state(run, write=False).to_dict() == replay(run).to_dict()
 
 
 def _tamper(run: RunDir, edit: Any) -> None:
@@ -341,7 +341,7 @@ def test_a_snapshot_that_cannot_be_trusted_is_ignored(tmp_path: Path, case: str)
     _append(run)
     opened = snapshot.restore(run, run.info().run_id)
     assert opened.state is None and opened.why_not
-    assert load_state(run, write_after=None).to_dict() == replay(run).to_dict()
+    assert load_state(run, write=False).to_dict() == replay(run).to_dict()
 
 
 def test_rewritten_event_files_make_the_snapshot_stale(tmp_path: Path) -> None:
@@ -367,7 +367,7 @@ def test_rewritten_event_files_make_the_snapshot_stale(tmp_path: Path) -> None:
                 fh.write(b"9" if data[len(data) - 30 : len(data) - 29] != b"9" else b"8")
         opened = snapshot.restore(run, run.info().run_id)
         assert opened.state is None, how
-        assert load_state(run, write_after=None).to_dict() == replay(run).to_dict()
+        assert load_state(run, write=False).to_dict() == replay(run).to_dict()
 
 
 def test_a_snapshot_not_the_owners_alone_is_ignored(tmp_path: Path, monkeypatch: Any) -> None:
@@ -383,7 +383,7 @@ def test_a_snapshot_not_the_owners_alone_is_ignored(tmp_path: Path, monkeypatch:
     assert snapshot.restore(run, run.info().run_id).state is not None
     monkeypatch.setattr(snapshot, "run_owner", lambda run: os.geteuid() + 1)  # a peer's file
     assert "owner" in snapshot.restore(run, run.info().run_id).why_not
-    state, tailer = open_run(run, write_after=None)
+    state, tailer = open_run(run, write=False)
     assert "owner" in snapshot.write(run, state, tailer)
     monkeypatch.undo()
     real = tmp_path / "elsewhere.json"
@@ -397,3 +397,36 @@ def test_a_reader_of_a_small_tail_leaves_the_snapshot_alone(tmp_path: Path) -> N
     run = _run(tmp_path, beats=20)
     load_state(run)
     assert not Path(snapshot.snapshot_path(run)).exists()
+
+
+def test_watch_and_the_dashboard_follower_open_from_the_snapshot(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """`ckptdash watch` and the dashboard's follower restore the run's snapshot, read only the
+    tail, and hold what a replay holds; one that read more than the threshold leaves a fresh
+    snapshot behind (here the threshold is 0)."""
+    from ckptdash.dash.feed.follow import RunFollower
+    from ckptdash.ops.watch import Watch
+
+    monkeypatch.setattr(snapshot, "SNAPSHOT_AFTER_BYTES", 0)
+    run = _run(tmp_path)
+    path = Path(snapshot.snapshot_path(run))
+    watch = Watch(run.root, clock=lambda: T0 + 300)
+    watch.poll()
+    watch.close()
+    assert path.exists()  # the watch's first look wrote it
+    _append(run)
+    before = path.stat().st_mtime_ns
+    watch = Watch(run.root, clock=lambda: T0 + 300)
+    watch.poll()
+    watch.close()
+    (opened,) = watch._runs.values()
+    assert opened.covered > 0 and path.stat().st_mtime_ns != before
+    assert opened.state.to_dict() == replay(run).to_dict()
+    _append(run, 3)
+    follower = RunFollower(run.root, mode="poll")
+    follower._discover()
+    (followed,) = follower._runs.values()
+    assert 0 < followed.covered < sum(f.stat().st_size for f in run.events.iterdir())
+    follower._poll()
+    assert followed.state.to_dict() == replay(run).to_dict()

@@ -58,13 +58,14 @@ def leave_snapshot(
     state: RunState,
     tailer: RunTailer,
     since: int,
-    write_after: int | None = snapshot.SNAPSHOT_AFTER_BYTES,
+    write_after: int | None = None,
 ) -> int:
-    """Write a fresh snapshot when ``tailer`` read more than ``write_after`` bytes beyond
-    ``since`` (what the last snapshot covered) and this reader may (the run's owner); returns
-    what the snapshot now covers (``since`` when none was written)."""
+    """Write a fresh snapshot when ``tailer`` read more than ``write_after`` bytes (default
+    :data:`~ckptdash.state.snapshot.SNAPSHOT_AFTER_BYTES`) beyond ``since`` (what the last
+    snapshot covered) and this reader may (the run's owner); returns what the snapshot now
+    covers (``since`` when none was written)."""
     if write_after is None:
-        return since
+        write_after = snapshot.SNAPSHOT_AFTER_BYTES
     now = covered(tailer)
     if now - since > write_after and snapshot.write(run, state, tailer) == "":
         return now
@@ -83,25 +84,28 @@ def catch_up(
 
 
 def open_run(
-    run: RunDir, *, write_after: int | None = snapshot.SNAPSHOT_AFTER_BYTES
+    run: RunDir, *, write: bool = True, write_after: int | None = None
 ) -> tuple[RunState, RunTailer]:
     """A state caught up with ``run``'s log and the tailer to go on polling it with: from the
     run's snapshot plus the tail when it can be trusted, else from a full replay. With
-    ``write_after`` (bytes; None: never) a reader that read more than that much of the log
-    writes a fresh snapshot. Raises :class:`~ckptdash.errors.RunDirError` for an unreadable
-    run.json, as :func:`load_state` does."""
+    ``write`` a reader that read more than ``write_after`` bytes of the log (see
+    :func:`leave_snapshot`) writes a fresh snapshot. Raises
+    :class:`~ckptdash.errors.RunDirError` for an unreadable run.json, as :func:`load_state`
+    does."""
     run.info()  # an unreadable run.json is the caller's error to report
     state, tailer, since = resume(run)
     for batch in tailer.batches():
         state.apply(batch)
-    leave_snapshot(run, state, tailer, since, write_after)
+    if write:
+        leave_snapshot(run, state, tailer, since, write_after)
     return state, tailer
 
 
 def load_state(
     run_dir: str | os.PathLike[str] | RunDir,
     *,
-    write_after: int | None = snapshot.SNAPSHOT_AFTER_BYTES,
+    write: bool = True,
+    write_after: int | None = None,
 ) -> RunState:
     """The state of a run directory's whole event log: its snapshot plus the log appended
     since, or a full replay (:func:`open_run`).
@@ -111,4 +115,4 @@ def load_state(
     'running'
     """
     run = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
-    return open_run(run, write_after=write_after)[0]
+    return open_run(run, write=write, write_after=write_after)[0]
