@@ -304,6 +304,16 @@ HOSTILE = {
     "a forged offset": _body_state(
         lambda d: [r.update(offset=r["offset"] - 10) for r in d["files"].values()]
     ),
+    "a negative offset": _body_state(lambda d: [r.update(offset=-1) for r in d["files"].values()]),
+    "an offset past the end": _body_state(
+        lambda d: [r.update(offset=r["size"] + 100) for r in d["files"].values()]
+    ),
+    "a count that is not a number": _body_state(
+        lambda d: d["state"].update(event_counts=["D", "heartbeat", "many"])
+    ),
+    "a stream slot of the wrong type": _body_state(
+        lambda d: d["state"]["_attempts"][2].__setitem__(4, ["L", "x"])
+    ),
     "a file name with a slash": _body_state(
         lambda d: d["files"].update({"../x": next(iter(d["files"].values()))})
     ),

@@ -119,8 +119,13 @@ def _why_file_changed(events_dir: str, name: str, rec: Any) -> str:
     """Why the event file ``name`` is no longer what the snapshot read ("" when it is)."""
     if type(rec) is not dict:
         return f"{name}: not a file record"
+    numbers = [rec.get(k) for k in ("offset", "lineno", "scanned", "ino", "dev", "size")]
+    if any(type(n) is not int or n < 0 for n in numbers) or rec.get("lineno", 0) < 1:
+        return f"{name}: a file record with a bad number"
+    offset, ino, size = rec["offset"], rec["ino"], rec["size"]
+    if offset + rec["scanned"] > size:
+        return f"{name}: a file record read past the file's size"
     try:
-        offset, ino, size = int(rec["offset"]), int(rec["ino"]), int(rec["size"])
         fd, st = open_regular(os.path.join(events_dir, name))
     except FileNotFoundError:
         return f"{name} is gone"

@@ -235,8 +235,13 @@ def restore_state(body: Any, root: str, run_id: str) -> RunState:
             raise CodecError(f"{name} is a {type(value).__name__}, not a {type(default).__name__}")
         setattr(state, name, value)
     counts = _dec(body["bad_counts"])
-    if type(counts) is not dict:
-        raise CodecError("bad_counts is not a dict")
+    for table in (counts, state.event_counts):
+        if type(table) is not dict or any(
+            type(k) is not str or type(v) is not int for k, v in table.items()
+        ):
+            raise CodecError("a count table that is not one")
+    if any(type(d) is not str for d in state.checkpoint_dirs):
+        raise CodecError("a checkpoint folder that is not a path")
     _check_shapes(state)
     state.bad_lines.counts = counts
     state.bad_lines.samples = [
@@ -251,6 +256,8 @@ def restore_state(body: Any, root: str, run_id: str) -> RunState:
     state._dirty_commands = set(state._commands)
     state._progress_dirty = True
     state._finish()
+    # Everything a reader asks of a state, once: a body wrong inside fails here, not later.
+    state.to_dict(), state.attempt_times(), state.metrics(), state.save_outcomes()
     return state
 
 
