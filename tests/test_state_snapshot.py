@@ -23,7 +23,7 @@ from ckptdash.rundir import RunDir
 from ckptdash.rundir.writer import EventWriter
 from ckptdash.state import RunState, snapshot
 from ckptdash.state.reading import load_state, open_run
-from ckptdash.tail import RunTailer
+from ckptdash.tail import MAX_LINE_BYTES, RunTailer
 
 NOW = 1_700_100_000.0
 T0 = 1_700_000_000.0
@@ -120,6 +120,7 @@ OPS = st.lists(
         st.tuples(st.just("snapshot")),
         st.tuples(st.just("torn"), st.integers(0, len(WRITERS) - 1)),
         st.tuples(st.just("garbage"), st.integers(0, len(WRITERS) - 1)),
+        st.tuples(st.just("long"), st.integers(0, len(WRITERS) - 1)),
         st.tuples(st.just("truncate"), st.integers(0, len(WRITERS) - 1)),
         st.tuples(st.just("rotate"), st.integers(0, len(WRITERS) - 1)),
     ),
@@ -166,6 +167,13 @@ class Log:
         os.write(w._fd, line[:cut])  # type: ignore[arg-type]
         self.torn[i] = line[cut:]
 
+    def long(self, i: int) -> None:
+        """A line already over the tailer's cap, its end still to come: a snapshot now records
+        how far the tailer searched for its newline."""
+        w = self.writer(i)
+        os.write(w._fd, b"x" * (MAX_LINE_BYTES + 64))  # type: ignore[arg-type]
+        self.torn[i] = b"y" * 64 + b"\n"
+
     def garbage(self, i: int) -> None:
         os.write(self.writer(i)._fd, b'{"kind": "heartbeat", "t": oops}\n')  # type: ignore[arg-type]
 
@@ -198,7 +206,8 @@ class Log:
 @given(ops=OPS)
 def test_snapshot_plus_tail_equals_a_full_replay(ops: list[tuple[Any, ...]]) -> None:
     """For random logs of every event kind on four files, cut at random points with snapshots
-    taken in between (torn last lines, bad lines, truncated and replaced files included), a
+    taken in between (torn last lines, bad lines, oversize lines cut in two, truncated and
+    replaced files included), a
     reader opening from the snapshot and the tail says exactly what a full replay says:
     ``status --json``'s state, ``status``, ``health`` and ``goodput``."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -440,3 +449,22 @@ def test_watch_and_the_dashboard_follower_open_from_the_snapshot(
     assert 0 < followed.covered < sum(f.stat().st_size for f in run.events.iterdir())
     follower._poll()
     assert followed.state.to_dict() == replay(run).to_dict()
+
+
+def test_a_snapshot_taken_inside_an_oversize_line_goes_on_skipping_it(tmp_path: Path) -> None:
+    """A snapshot taken while the tailer searches for the end of a line over its cap records
+    how far it searched; the next reader goes on from there and counts the line oversize once,
+    as a replay does."""
+    log = Log(tmp_path / "run")
+    log.run.ensure()
+    log.event(0, "heartbeat", 1, 1)
+    log.long(0)
+    state, tailer = open_run(log.run, write_after=-1)
+    (pos,) = tailer.positions().values()
+    assert pos.scanned > MAX_LINE_BYTES
+    log.event(0, "heartbeat", 2, 1)  # ends the long line first
+    assert snapshot.restore(log.run, state.run_id).state is not None
+    restored = load_state(log.run, write=False)
+    assert restored.bad_lines.counts == {"oversize": 1}
+    assert answers(log.run, restored) == answers(log.run, replay(log.run))
+    log.writers[0].close()
