@@ -53,7 +53,7 @@ HEADER_BYTES: Final = 4096
 """Most bytes the header line may take."""
 CHECK_BYTES: Final = 4096
 """Bytes hashed at the start of each event file and just before its offset."""
-SNAPSHOT_AFTER_BYTES: Final = 8 << 20
+SNAPSHOT_AFTER_BYTES: Final = 2 << 20
 """A reader that had to read more of the log than this writes a fresh snapshot."""
 
 _decode = msgspec.json.Decoder()
