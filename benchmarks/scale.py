@@ -151,17 +151,15 @@ class Data:
         return sum(w.bytes for w in self.written)
 
 
-def generate(where: Path, size: Size) -> Data:
+def generate(where: Path, size: Size, pulses_in_log: bool = False) -> Data:
     root = where / size.label.replace(" ", "").replace("×", "x").replace(":", "").replace(",", "")
+
+    def one(path: Path) -> Written:
+        return write_run(path, ranks=size.ranks, seconds=size.seconds, pulses_in_log=pulses_in_log)
+
     if not size.folder:
-        return Data(root, [write_run(root, ranks=size.ranks, seconds=size.seconds)])
-    return Data(
-        root,
-        [
-            write_run(root / f"run{i:04d}", ranks=size.ranks, seconds=size.seconds)
-            for i in range(size.runs)
-        ],
-    )
+        return Data(root, [one(root)])
+    return Data(root, [one(root / f"run{i:04d}") for i in range(size.runs)])
 
 
 def measure(base: Data, data: Data, size: Size, reps: int) -> dict[str, dict[str, list[float]]]:
@@ -236,20 +234,26 @@ def _say(what: str) -> None:
     print(f"  scale: {what}", file=sys.stderr, flush=True)
 
 
-def run(quick: bool, full: bool = False, reps: int = 3, only: list[str] | None = None) -> list[Row]:
+def run(
+    quick: bool,
+    full: bool = False,
+    reps: int = 3,
+    only: list[str] | None = None,
+    pulses_in_log: bool = False,
+) -> list[Row]:
     OUT.mkdir(exist_ok=True)
     results: list[dict[str, object]] = []
     rows: list[Row] = []
     began = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="scale-", dir=OUT) as tmp:
         where = Path(tmp)
-        base = generate(where, BASELINE)
+        base = generate(where, BASELINE, pulses_in_log)
         chosen = sizes(quick, full)
         if only:
             chosen = [x for x in sizes(False, True) if any(o in x.label for o in only)]
         for size in chosen:
             start = time.perf_counter()
-            data = generate(where, size)
+            data = generate(where, size, pulses_in_log)
             gen_s = time.perf_counter() - start
             _say(f"{size.label}: {_mb(data.bytes)} written in {gen_s:.0f} s")
             try:
@@ -300,8 +304,13 @@ def main(argv: list[str] | None = None) -> int:
         metavar="TEXT",
         help="only the sizes whose label contains TEXT (repeatable), e.g. --size '1,000 runs'",
     )
+    parser.add_argument(
+        "--pulses-in-log",
+        action="store_true",
+        help="write runs as ckptdash 0.1 did: every 1 Hz pulse in the log, no pulse records",
+    )
     args = parser.parse_args(argv)
-    rows = run(args.quick, args.full, max(1, args.reps), args.size)
+    rows = run(args.quick, args.full, max(1, args.reps), args.size, args.pulses_in_log)
     print(table(rows))
     print(f"(also {OUT / 'scale.json'} and {OUT / 'scale.md'})")
     return 0

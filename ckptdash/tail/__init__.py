@@ -44,6 +44,7 @@ from ckptdash.rundir import EVENT_SUFFIX, RunDir, is_temp_file
 from ckptdash.rundir.safe_read import open_regular
 from ckptdash.tail.batch import LOCATIONS, CommandFile, Location, TailBatch
 from ckptdash.tail.commands import CommandFolders
+from ckptdash.tail.pulses import PulseRecords
 from ckptdash.tail.vouch import VOUCHED, decode_vouched, disagreement, first_run_id, foreign
 
 # The records a poll returns live in tail_batch, the command folders' reader in
@@ -131,6 +132,7 @@ class RunTailer:
         self._cursors: dict[str, _Cursor] = {}
         self._sizes: dict[str, int] = {}
         self._command_files = CommandFolders(self.run_dir)
+        self._pulse_records = PulseRecords(str(self.run_dir.root))
         self._budget = -1  # bytes the running poll may still decode; -1: no limit
         self._poll_number = 0  # a generator of an older poll stops instead of re-reading
         self._reported: set[tuple[str, str]] = set()
@@ -207,6 +209,9 @@ class RunTailer:
             yield trouble
         if names and self._run_id is None and (problem := self._read_run_id(names)):
             yield problem
+        pulses, bad = self._pulse_records.poll(self._run_id or "")
+        if pulses or bad:  # every rank's liveness now, from its record (rundir/pulses)
+            yield TailBatch(events=list(pulses), bad=bad)
         touched, self._touched = self._touched, set()
         self.looked_at = 0
         for name in self._due(names, number, touched):
