@@ -104,11 +104,11 @@ def test_a_follower_reads_only_records_that_changed(tmp_path: Path) -> None:
     for w in writers:
         w.write(t=time.time(), step=1, since=time.time())
     tailer = RunTailer(RunDir(run))
-    first = [e for b in tailer.batches() for e in b.events if e.KIND == "pulse"]
+    first = [e for b in tailer.batches() for e in b.pulses]
     assert len(first) == 128  # two per record: since and now
-    assert [e for b in tailer.batches() for e in b.events] == []
+    assert [e for b in tailer.batches() for e in b.pulses] == []
     writers[7].write(t=time.time(), step=2, since=time.time())
-    again = [e for b in tailer.batches() for e in b.events]
+    again = [e for b in tailer.batches() for e in b.pulses]
     assert {(e.rank, e.step) for e in again} == {(7, 2)}
     for w in writers:
         w.close()

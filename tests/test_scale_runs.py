@@ -17,7 +17,8 @@ def test_generated_run_reads_back_with_no_bad_lines_and_no_alert(tmp_path: Path)
     written = write_run(tmp_path / "run", ranks=4, seconds=660)
     state = ckptdash.load_state(tmp_path / "run")
     assert state.bad_lines.counts == {}
-    assert state.events_total == written.lines + 4 * 2  # each record reads as two pulses
+    assert state.events_total == written.lines
+    assert state.record_pulses == 4 * 2  # each rank's record reads as two pulses
     assert [r.step for r in state.rank_info(0)] == [1318, 1318, 1318, 1318]
     old = write_run(tmp_path / "old", ranks=4, seconds=660, pulses_in_log=True)
     assert old.lines > 10 * written.lines  # the log of ckptdash 0.1: every pulse in it

@@ -112,6 +112,8 @@ class RunState:
         self.bad_lines = BadLines()
         self.event_counts: dict[str, int] = {}
         self.events_total = 0
+        self.record_pulses = 0
+        """Pulses read from the ranks' pulse records (not log lines: not in events_total)."""
         self._run_id_given = bool(run_id)
         self._attempts: dict[int, _Attempt] = {}
         self._touched: set[int] = set()
@@ -142,6 +144,9 @@ class RunState:
         for cf in batch.commands:
             self._apply_command_file(cf)
         self._apply_events(batch.events)
+        for pulse in batch.pulses:  # from the pulse records: liveness, not log lines
+            self._apply_pulse(pulse)
+        self.record_pulses += len(batch.pulses)
         self._apply_bad(batch.bad)
         self._finish()
 

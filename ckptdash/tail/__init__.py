@@ -211,7 +211,7 @@ class RunTailer:
             yield problem
         pulses, bad = self._pulse_records.poll(self._run_id or "")
         if pulses or bad:  # every rank's liveness now, from its record (rundir/pulses)
-            yield TailBatch(events=list(pulses), bad=bad)
+            yield TailBatch(bad=bad, pulses=pulses)
         touched, self._touched = self._touched, set()
         self.looked_at = 0
         for name in self._due(names, number, touched):
