@@ -1,7 +1,9 @@
 """How the readers' costs grow with ranks, hours and runs (issue 24), against 8 ranks × 1 h.
 
 Writes its own run directories in the documented format (``ckptdash._dev.scale_runs``: every
-rank pulsing at 1 Hz as the training side does today, rank 0's heartbeats every 10 s and a
+rank pulsing at 1 Hz into its pulse record and once a minute into the log, as the training side
+does today — ``--pulses-in-log``: every pulse in the log, as before the records — rank 0's
+heartbeats every 10 s and a
 checkpoint every 5 min, the attempt live until now), then measures, each against the
 8-rank × 1 h run *in the same run of the benchmark* (the two take turns):
 
@@ -19,6 +21,7 @@ deleted after, under ``benchmarks/out/`` (gitignored). Results: ``benchmarks/out
 and ``scale.md``.
 
     .venv/bin/python benchmarks/scale.py [--quick | --full] [--reps N] [--size '1,000 runs']
+        [--pulses-in-log]
     .venv/bin/python benchmarks/run.py --only scale [--quick | --full]
 """
 

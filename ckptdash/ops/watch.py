@@ -326,8 +326,7 @@ class Watch:
             if run is None:
                 print(f"ckptdash watch: watching {root}", file=self.log, flush=True)
                 run = self._runs[root] = _Run(new_state(RunDir(root)))
-            for batch in pieces:
-                run.state.apply(batch)
+            run.state.apply_all(pieces)
             if first_look:
                 run.open = _open_alerts(run.state)  # a restarted watch does not fire again
             fired.extend(self._check(root, run))

@@ -36,6 +36,5 @@ def load_state(run_dir: str | os.PathLike[str] | RunDir) -> RunState:
     """
     run = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
     state = RunState(str(run.root), run.info().run_id, confine=True)
-    for batch in RunTailer(run).batches():
-        state.apply(batch)
+    state.apply_all(RunTailer(run).batches())
     return state

@@ -388,12 +388,9 @@ class RunFollower:
         for root, run in list(self._runs.items()):
             if roots is not None and root not in roots:
                 continue
-            changed = False
-            for batch in run.tailer.batches():
-                if batch:
-                    run.state.apply(batch)
-                    run.sightings += len(batch.commands)
-                    changed = True
+            records, sightings = run.state.apply_all(run.tailer.batches())
+            run.sightings += sightings
+            changed = records > 0
             changed |= self._read_settings(run)
             # A job killed with kill -9 writes nothing more: on its own host its pid says at
             # once that it is gone (one /proc read per poll of a running attempt).
