@@ -101,6 +101,18 @@ def wall_s(argv: list[str]) -> float:
     return elapsed
 
 
+def follow(path: Path) -> list[str]:
+    """A process that opens ``path`` as the dashboard does (its follower: the tailers, the
+    states and the snapshots the views are drawn from, without Panel) and exits once loaded."""
+    code = (
+        "import sys\n"
+        "from ckptdash.dash.feed.follow import RunFollower\n"
+        "with RunFollower(sys.argv[1], mode='poll') as f:\n"
+        "    assert f.wait_loaded(1200), 'not loaded in 20 min'\n"
+    )
+    return [sys.executable, "-c", code, str(path)]
+
+
 def peak_rss_bytes(argv: list[str]) -> float:
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     assert proc.stderr is not None
@@ -180,6 +192,11 @@ def measure(base: Data, data: Data, size: Size, reps: int) -> dict[str, dict[str
         "size": lambda: peak_rss_bytes(ckptdash("watch", str(data.path), "--once", *QUIET)),
     }
     out["watch_rss"] = interleave(watch, 1)
+    follower = {
+        "base": lambda: peak_rss_bytes(follow(base.path)),
+        "size": lambda: peak_rss_bytes(follow(data.path)),
+    }
+    out["follower_rss"] = interleave(follower, 1)
     if size.idle_cpu:
         out["watch_idle_cpu"] = interleave(
             {"base": lambda: idle_cpu_share(base.path), "size": lambda: idle_cpu_share(data.path)},
@@ -193,7 +210,7 @@ def _mb(n: float) -> str:
 
 
 def _fmt(metric: str, value: float) -> str:
-    if metric == "watch_rss":
+    if metric in ("watch_rss", "follower_rss"):
         return _mb(value)
     if metric == "watch_idle_cpu":
         return f"{value:.1%} of a core"
@@ -205,6 +222,7 @@ LABELS = {
     "health": "`health` wall",
     "goodput": "`goodput` wall",
     "watch_rss": "`watch --once` peak RSS",
+    "follower_rss": "dashboard follower peak RSS",
     "watch_idle_cpu": f"`watch` idle CPU ({IDLE_S:.0f} s)",
 }
 
@@ -217,7 +235,7 @@ def rows_for(size: Size, data: Data, figures: dict[str, dict[str, list[float]]])
         goal, met = "", None
         if metric in ("status", "health", "goodput") and not size.folder:
             goal, met = "≤ 2× (issue 24)", ratio is not None and ratio <= 2
-        if metric == "watch_rss" and size.folder:
+        if metric in ("watch_rss", "follower_rss") and size.folder:
             goal, met = "< 300 MB (issue 24)", median(s) < 300e6
         reps = f", median of {len(s)}" if len(s) > 1 else ""
         rows.append(
