@@ -1,7 +1,9 @@
 """How the readers' costs grow with ranks, hours and runs (issue 24), against 8 ranks × 1 h.
 
 Writes its own run directories in the documented format (``ckptdash._dev.scale_runs``: every
-rank pulsing at 1 Hz as the training side does today, rank 0's heartbeats every 10 s and a
+rank pulsing at 1 Hz into its pulse record and once a minute into the log, as the training side
+does today — ``--pulses-in-log``: every pulse in the log, as before the records — rank 0's
+heartbeats every 10 s and a
 checkpoint every 5 min, the attempt live until now), then measures, each against the
 8-rank × 1 h run *in the same run of the benchmark* (the two take turns):
 
@@ -22,6 +24,7 @@ deleted after, under ``benchmarks/out/`` (gitignored). Results: ``benchmarks/out
 and ``scale.md``.
 
     .venv/bin/python benchmarks/scale.py [--quick | --full] [--reps N] [--size '1,000 runs']
+        [--pulses-in-log]
     .venv/bin/python benchmarks/run.py --only scale [--quick | --full]
 """
 
@@ -102,6 +105,18 @@ def wall_s(argv: list[str]) -> float:
     return elapsed
 
 
+def follow(path: Path) -> list[str]:
+    """A process that opens ``path`` as the dashboard does (its follower: the tailers, the
+    states and the snapshots the views are drawn from, without Panel) and exits once loaded."""
+    code = (
+        "import sys\n"
+        "from ckptdash.dash.feed.follow import RunFollower\n"
+        "with RunFollower(sys.argv[1], mode='poll') as f:\n"
+        "    assert f.wait_loaded(1200), 'not loaded in 20 min'\n"
+    )
+    return [sys.executable, "-c", code, str(path)]
+
+
 def peak_rss_bytes(argv: list[str]) -> float:
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     assert proc.stderr is not None
@@ -155,17 +170,15 @@ class Data:
         return sum(w.bytes for w in self.written)
 
 
-def generate(where: Path, size: Size) -> Data:
+def generate(where: Path, size: Size, pulses_in_log: bool = False) -> Data:
     root = where / size.label.replace(" ", "").replace("×", "x").replace(":", "").replace(",", "")
+
+    def one(path: Path) -> Written:
+        return write_run(path, ranks=size.ranks, seconds=size.seconds, pulses_in_log=pulses_in_log)
+
     if not size.folder:
-        return Data(root, [write_run(root, ranks=size.ranks, seconds=size.seconds)])
-    return Data(
-        root,
-        [
-            write_run(root / f"run{i:04d}", ranks=size.ranks, seconds=size.seconds)
-            for i in range(size.runs)
-        ],
-    )
+        return Data(root, [one(root)])
+    return Data(root, [one(root / f"run{i:04d}") for i in range(size.runs)])
 
 
 def forget_snapshots(d: Data) -> None:
@@ -212,6 +225,11 @@ def measure(
 
     watch = {"base": lambda: rss(base), "size": lambda: rss(data)}
     out["watch_rss"] = interleave(watch, 1)
+    follower = {
+        "base": lambda: peak_rss_bytes(follow(base.path)),
+        "size": lambda: peak_rss_bytes(follow(data.path)),
+    }
+    out["follower_rss"] = interleave(follower, 1)
     if size.idle_cpu:
         out["watch_idle_cpu"] = interleave(
             {"base": lambda: idle_cpu_share(base.path), "size": lambda: idle_cpu_share(data.path)},
@@ -225,7 +243,7 @@ def _mb(n: float) -> str:
 
 
 def _fmt(metric: str, value: float) -> str:
-    if metric == "watch_rss":
+    if metric in ("watch_rss", "follower_rss"):
         return _mb(value)
     if metric == "watch_idle_cpu":
         return f"{value:.1%} of a core"
@@ -238,6 +256,7 @@ LABELS = {
     "health": "`health` wall",
     "goodput": "`goodput` wall",
     "watch_rss": "`watch --once` peak RSS",
+    "follower_rss": "dashboard follower peak RSS",
     "watch_idle_cpu": f"`watch` idle CPU ({IDLE_S:.0f} s)",
 }
 
@@ -250,7 +269,7 @@ def rows_for(size: Size, data: Data, figures: dict[str, dict[str, list[float]]])
         goal, met = "", None
         if metric in ("status", "status_snap", "health", "goodput") and not size.folder:
             goal, met = "≤ 2× (issue 24)", ratio is not None and ratio <= 2
-        if metric == "watch_rss" and size.folder:
+        if metric in ("watch_rss", "follower_rss") and size.folder:
             goal, met = "< 300 MB (issue 24)", median(s) < 300e6
         reps = f", median of {len(s)}" if len(s) > 1 else ""
         rows.append(
@@ -276,6 +295,7 @@ def run(
     reps: int = 3,
     only: list[str] | None = None,
     status_only: bool = False,
+    pulses_in_log: bool = False,
 ) -> list[Row]:
     OUT.mkdir(exist_ok=True)
     results: list[dict[str, object]] = []
@@ -283,13 +303,13 @@ def run(
     began = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="scale-", dir=OUT) as tmp:
         where = Path(tmp)
-        base = generate(where, BASELINE)
+        base = generate(where, BASELINE, pulses_in_log)
         chosen = sizes(quick, full)
         if only:
             chosen = [x for x in sizes(False, True) if any(o in x.label for o in only)]
         for size in chosen:
             start = time.perf_counter()
-            data = generate(where, size)
+            data = generate(where, size, pulses_in_log)
             gen_s = time.perf_counter() - start
             _say(f"{size.label}: {_mb(data.bytes)} written in {gen_s:.0f} s")
             try:
@@ -345,8 +365,15 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="only `status --json`, first open and from the snapshot (the 24 h sizes in minutes)",
     )
+    parser.add_argument(
+        "--pulses-in-log",
+        action="store_true",
+        help="write runs as ckptdash 0.1 did: every 1 Hz pulse in the log, no pulse records",
+    )
     args = parser.parse_args(argv)
-    rows = run(args.quick, args.full, max(1, args.reps), args.size, args.status_only)
+    rows = run(
+        args.quick, args.full, max(1, args.reps), args.size, args.status_only, args.pulses_in_log
+    )
     print(table(rows))
     print(f"(also {OUT / 'scale.json'} and {OUT / 'scale.md'})")
     return 0

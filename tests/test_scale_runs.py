@@ -18,6 +18,11 @@ def test_generated_run_reads_back_with_no_bad_lines_and_no_alert(tmp_path: Path)
     state = ckptdash.load_state(tmp_path / "run")
     assert state.bad_lines.counts == {}
     assert state.events_total == written.lines
+    assert state.record_pulses == 4 * 2  # each rank's record reads as two pulses
+    assert [r.step for r in state.rank_info(0)] == [1318, 1318, 1318, 1318]
+    old = write_run(tmp_path / "old", ranks=4, seconds=660, pulses_in_log=True)
+    assert old.lines > 10 * written.lines  # the log of ckptdash 0.1: every pulse in it
+    assert ckptdash.load_state(tmp_path / "old").events_total == old.lines
     assert written.files == 4 and written.checkpoints == 2
     assert ckptdash.alerts(tmp_path / "run") == []
     choice = choose_resume(tmp_path / "run")

@@ -490,7 +490,7 @@ def test_a_loaded_state_keeps_none_of_the_logs_bytes_alive(tmp_path: Path) -> No
     from ckptdash._dev.scale_runs import write_run
     from ckptdash.tail import RunTailer
 
-    written = write_run(tmp_path / "run", ranks=1, seconds=6 * 3600)
+    written = write_run(tmp_path / "run", ranks=1, seconds=6 * 3600, pulses_in_log=True)
     assert written.bytes > 2_000_000
     tracemalloc.start()
     try:

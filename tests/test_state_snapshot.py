@@ -20,6 +20,7 @@ from ckptdash import events as ev
 from ckptdash.analysis import goodput, health
 from ckptdash.cli.status import render_status
 from ckptdash.rundir import RunDir
+from ckptdash.rundir.pulses import PulseRecordWriter, record_name
 from ckptdash.rundir.writer import EventWriter
 from ckptdash.state import RunState, snapshot
 from ckptdash.state.reading import load_state, open_run
@@ -121,6 +122,8 @@ OPS = st.lists(
         st.tuples(st.just("torn"), st.integers(0, len(WRITERS) - 1)),
         st.tuples(st.just("garbage"), st.integers(0, len(WRITERS) - 1)),
         st.tuples(st.just("long"), st.integers(0, len(WRITERS) - 1)),
+        st.tuples(st.just("record"), st.integers(0, len(WRITERS) - 1), st.integers(0, 40)),
+        st.tuples(st.just("bad_record"), st.integers(0, len(WRITERS) - 1)),
         st.tuples(st.just("truncate"), st.integers(0, len(WRITERS) - 1)),
         st.tuples(st.just("rotate"), st.integers(0, len(WRITERS) - 1)),
     ),
@@ -137,6 +140,7 @@ class Log:
         self.run = RunDir(root)
         self.writers: dict[int, EventWriter] = {}
         self.torn: dict[int, bytes] = {}  # the rest of a half-written line, per writer
+        self.records: dict[int, PulseRecordWriter] = {}
         self.t = T0
         self.n = 0
         self.changed = False  # a file the snapshot read was cut short or replaced since
@@ -166,6 +170,23 @@ class Log:
         cut = len(line) // 2
         os.write(w._fd, line[:cut])  # type: ignore[arg-type]
         self.torn[i] = line[cut:]
+
+    def record(self, i: int, step: int) -> None:
+        """The rank's pulse record rewritten in place (rundir/pulses), as its pulse thread does."""
+        w = self.writer(i)
+        if i not in self.records:
+            self.records[i] = PulseRecordWriter(
+                self.root, run=w.run_id, attempt=w.attempt, rank=w.rank, host=w.host
+            )
+        self.t += 1
+        self.records[i].write(t=self.t, step=step, since=self.t - step % 3)
+
+    def bad_record(self, i: int) -> None:
+        """A record of another attempt under this one's name: reported, never counted."""
+        attempt, rank = WRITERS[i]
+        folder = self.root / "pulses"
+        folder.mkdir(exist_ok=True)
+        (folder / record_name(attempt, rank + 7)).write_bytes(b"junk" * 10)
 
     def long(self, i: int) -> None:
         """A line already over the tailer's cap, its end still to come: a snapshot now records
@@ -207,7 +228,7 @@ class Log:
 def test_snapshot_plus_tail_equals_a_full_replay(ops: list[tuple[Any, ...]]) -> None:
     """For random logs of every event kind on four files, cut at random points with snapshots
     taken in between (torn last lines, bad lines, oversize lines cut in two, truncated and
-    replaced files included), a
+    replaced files, pulse records rewritten in place and bad ones included), a
     reader opening from the snapshot and the tail says exactly what a full replay says:
     ``status --json``'s state, ``status``, ``health`` and ``goodput``."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -225,7 +246,7 @@ def test_snapshot_plus_tail_equals_a_full_replay(ops: list[tuple[Any, ...]]) -> 
                     log.offsets = {n: p.offset for n, p in tailer.positions().items()}
                     log.sizes = {n: (log.run.events / n).stat().st_size for n in log.offsets}
             else:
-                getattr(log, {"torn": "tear"}.get(op[0], op[0]))(op[1])
+                getattr(log, {"torn": "tear"}.get(op[0], op[0]))(*op[1:])
         full = replay(log.run)
         opened = snapshot.restore(log.run, full.run_id)
         if not log.unsure or log.changed:
@@ -234,6 +255,8 @@ def test_snapshot_plus_tail_equals_a_full_replay(ops: list[tuple[Any, ...]]) -> 
         assert answers(log.run, state) == answers(log.run, full)
         for w in log.writers.values():
             w.close()
+        for r in log.records.values():
+            r.close()
 
 
 # --- a snapshot is used, and only when it may be -----------------------------------------------

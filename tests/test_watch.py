@@ -398,7 +398,10 @@ def test_first_look_at_a_folder_holds_a_piece_of_the_logs_not_all_of_them(
 
     from ckptdash._dev.scale_runs import write_run
 
-    written = [write_run(tmp_path / f"run{i}", ranks=16, seconds=900) for i in range(3)]
+    # Every pulse in the log (ckptdash 0.1's format): logs big enough to measure pieces by.
+    written = [
+        write_run(tmp_path / f"run{i}", ranks=16, seconds=900, pulses_in_log=True) for i in range(3)
+    ]
     log_bytes = sum(w.bytes for w in written)
     watch = Watch(tmp_path, overrides={"stale_after_s": 1e9})
     tracemalloc.start()

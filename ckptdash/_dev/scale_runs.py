@@ -1,8 +1,10 @@
 """Synthetic run directories of any width and age, for the scale benchmark and its test.
 
 :func:`write_run` writes one attempt of a job in the documented format (docs/format.md) as
-today's training side would have left it: every rank pulsing at 1 Hz into its own event
-file (its step advancing), rank 0 also writing a ``run_started`` first, a heartbeat every
+today's training side would have left it: every rank pulsing at 1 Hz into its pulse record
+(:mod:`ckptdash.rundir.pulses`) and once a minute into its own event file (its step
+advancing) — or, with ``pulses_in_log``, every pulse in the log as ckptdash 0.1 wrote them —
+rank 0 also writing a ``run_started`` first, a heartbeat every
 ``heartbeat_every_s`` and a checkpoint (``checkpoint_started`` + ``checkpoint_saved``, and a
 small file where it says) every ``checkpoint_every_s``. The attempt is live: its last
 events are stamped ``end`` (the time now by default), so no detector fires.
@@ -19,7 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ckptdash.rundir import RunDir
+from ckptdash.rundir import RunDir, pulses
 
 RANKS_PER_NODE = 8
 STEP_S = 0.5  # seconds per training step: steps advance on every pulse
@@ -51,11 +53,24 @@ def _envelope(run_id: str, rank: int) -> bytes:
     )
 
 
-def _rank_lines(run_id: str, rank: int, t0: float, seconds: int) -> list[bytes]:
-    """One pulse a second from ``t0``; each rank a little offset in time from the others."""
+def _offset(rank: int) -> float:
+    return (rank % 97) / 100.0
+
+
+def _rank_lines(run_id: str, rank: int, t0: float, seconds: int, every: int) -> list[bytes]:
+    """One pulse every ``every`` s from ``t0``; each rank a little offset from the others."""
     pulse = b'{"kind":"pulse"' + _envelope(run_id, rank)
-    offset = (rank % 97) / 100.0
-    return [pulse % (t0 + s + offset, int((s + offset) / STEP_S)) for s in range(seconds)]
+    offset = _offset(rank)
+    return [pulse % (t0 + s + offset, int((s + offset) / STEP_S)) for s in range(0, seconds, every)]
+
+
+def _record(run_id: str, rank: int, t0: float, seconds: int) -> bytes:
+    """The rank's pulse record after its last pulse (its step had just advanced)."""
+    t = t0 + seconds - 1 + _offset(rank)
+    step = int((seconds - 1 + _offset(rank)) / STEP_S)
+    return pulses.encode(
+        pulses.PulseRecord(run_id, 0, rank, _host(rank), 1000, t, step, t, seconds)
+    )
 
 
 def _rank0_lines(
@@ -67,6 +82,7 @@ def _rank0_lines(
     checkpoints: Path,
     heartbeat_every_s: int,
     checkpoint_every_s: int,
+    pulse_every_s: int,
 ) -> tuple[list[bytes], list[str]]:
     """Rank 0's file (run_started, pulses, heartbeats, checkpoints) and the checkpoint paths."""
     env = _envelope(run_id, 0)
@@ -80,7 +96,8 @@ def _rank0_lines(
     paths: list[str] = []
     for s in range(seconds):
         t, step = t0 + s, int(s / STEP_S)
-        lines.append(pulse % (t, step))
+        if s % pulse_every_s == 0:
+            lines.append(pulse % (t, step))
         if s % heartbeat_every_s == heartbeat_every_s - 1:
             loss = 1.0 / (step + 1)
             lines.append(
@@ -113,8 +130,10 @@ def write_run(
     heartbeat_every_s: int = 10,
     checkpoint_every_s: int = 300,
     run_id: str | None = None,
+    pulses_in_log: bool = False,
 ) -> Written:
-    """Write a live attempt of ``ranks`` ranks that has run for ``seconds`` until ``end``."""
+    """Write a live attempt of ``ranks`` ranks that has run for ``seconds`` until ``end``;
+    ``pulses_in_log``: every pulse in the event log (ckptdash 0.1), no pulse records."""
     root = Path(root)
     rd = RunDir(root)
     run_id = run_id or f"{abs(hash((str(root), ranks, seconds))) % 16**12:012x}"
@@ -123,6 +142,7 @@ def write_run(
     rd.run_file.write_text(json.dumps({"v": 1, "run_id": run_id, "created_at": t0 - 5}) + "\n")
     rd.ensure()
     total_bytes = total_lines = 0
+    every = 1 if pulses_in_log else int(pulses.LOG_EVERY_S)
     lines, paths = _rank0_lines(
         run_id,
         t0,
@@ -131,10 +151,16 @@ def write_run(
         checkpoints=(root / "checkpoints").resolve(),
         heartbeat_every_s=heartbeat_every_s,
         checkpoint_every_s=checkpoint_every_s,
+        pulse_every_s=every,
     )
+    if not pulses_in_log:
+        (root / pulses.PULSES_DIR).mkdir(exist_ok=True)
     for rank in range(ranks):
         if rank:
-            lines = _rank_lines(run_id, rank, t0, seconds)
+            lines = _rank_lines(run_id, rank, t0, seconds, every)
+        if not pulses_in_log:
+            record = root / pulses.PULSES_DIR / pulses.record_name(0, rank)
+            record.write_bytes(_record(run_id, rank, t0, seconds))
         blob = b"".join(lines)
         name = f"A0000.R{rank:04d}.{_host(rank)}.{1000 + rank % RANKS_PER_NODE}.jsonl"
         with open(rd.events / name, "wb") as f:

@@ -112,6 +112,8 @@ class RunState:
         self.bad_lines = BadLines()
         self.event_counts: dict[str, int] = {}
         self.events_total = 0
+        self.record_pulses = 0
+        """Pulses read from the ranks' pulse records (not log lines: not in events_total)."""
         self._run_id_given = bool(run_id)
         self._attempts: dict[int, _Attempt] = {}
         self._touched: set[int] = set()
@@ -139,11 +141,30 @@ class RunState:
 
     def apply(self, batch: TailBatch) -> None:
         """Apply everything in one batch of the tailer."""
+        self._apply_batch(batch)
+        self._finish()
+
+    def apply_all(self, batches: Iterable[TailBatch]) -> tuple[int, int]:
+        """Apply every batch of a poll (each as it comes: one piece in memory at a time), and
+        bring the derived views up to date once at the end — per batch, the first read of a
+        1,024-rank run refreshed its attempt 1,024 times over 1,024 ranks. Returns how many
+        records and how many command-file sightings were applied."""
+        records = sightings = 0
+        for batch in batches:
+            self._apply_batch(batch)
+            records += len(batch)
+            sightings += len(batch.commands)
+        self._finish()
+        return records, sightings
+
+    def _apply_batch(self, batch: TailBatch) -> None:
         for cf in batch.commands:
             self._apply_command_file(cf)
         self._apply_events(batch.events)
+        for pulse in batch.pulses:  # from the pulse records: liveness, not log lines; not in
+            self._apply_pulse(pulse, False)  # the series, or a follower's would hold every one
+        self.record_pulses += len(batch.pulses)
         self._apply_bad(batch.bad)
-        self._finish()
 
     def apply_events(self, events: Iterable[Event]) -> None:
         """Apply events, in any order and any grouping."""
@@ -310,11 +331,11 @@ class RunState:
             s = a.streams[rank] = _Stream(a.series if rank == 0 else None)
         return s
 
-    def _apply_pulse(self, ev: Pulse) -> None:
+    def _apply_pulse(self, ev: Pulse, series_too: bool = True) -> None:
         s = self._stream(ev.attempt, ev.rank)
         s.pulse(ev)
         t = ev.t
-        if ev.rank == 0:
+        if ev.rank == 0 and series_too:
             series = self._attempts[ev.attempt].pulses
             if not (series.lo <= t < series.hi and t > series.min_t):
                 series.add(t, ev.step, _NO_METRICS)

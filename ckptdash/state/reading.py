@@ -77,10 +77,8 @@ def catch_up(
 ) -> int:
     """Apply ``pieces`` (of ``tailer``'s poll) to ``state``; when they were many, leave a
     snapshot (:func:`leave_snapshot`). Returns what the run's snapshot now covers."""
-    n = 0
-    for n, batch in enumerate(pieces, 1):  # noqa: B007  # counted
-        state.apply(batch)
-    return leave_snapshot(run, state, tailer, since) if n else since
+    records, _ = state.apply_all(pieces)
+    return leave_snapshot(run, state, tailer, since) if records else since
 
 
 def open_run(
@@ -94,8 +92,7 @@ def open_run(
     does."""
     run.info()  # an unreadable run.json is the caller's error to report
     state, tailer, since = resume(run)
-    for batch in tailer.batches():
-        state.apply(batch)
+    state.apply_all(tailer.batches())
     if write:
         leave_snapshot(run, state, tailer, since, write_after)
     return state, tailer

@@ -7,7 +7,9 @@ incident lists, the bad-line counts and samples -- so that a state restored from
 the rest of the log ends where a full replay ends. What is derived from it (the public
 ``attempts``, ``checkpoints``, ``commands``, ``progress``, the bad-line samples) is derived
 again on restore, with the reader's own confinement. Command-file sightings are left out: a
-reader lists ``control/`` afresh anyway, and sees only the files there now, as a replay does.
+reader lists ``control/`` afresh anyway, and sees only the files there now, as a replay does;
+so are the pulse records (``pulses/``), which it reads afresh too: what they add to the state
+is the same whether read once or again (the latest time and step of each rank).
 
 The encoding is tagged so that nothing is lost between Python and JSON: a JSON list is always
 ``[tag, ...]`` -- ``L`` list, ``T`` tuple, ``D`` dict (keys and values alternating), ``B``
@@ -84,6 +86,7 @@ _DERIVED: Final = frozenset(
         "_dirty_commands",
         "_progress_dirty",
         "_lists_dirty",
+        "record_pulses",  # the reader reads every pulse record afresh, as a replay does
     }
 )
 """RunState attributes not stored: the reader's own, or derived again on restore."""

@@ -44,6 +44,7 @@ from ckptdash.rundir import EVENT_SUFFIX, RunDir, is_temp_file
 from ckptdash.rundir.safe_read import open_regular
 from ckptdash.tail.batch import LOCATIONS, CommandFile, Location, Position, TailBatch
 from ckptdash.tail.commands import CommandFolders
+from ckptdash.tail.pulses import PulseRecords
 from ckptdash.tail.vouch import VOUCHED, decode_vouched, disagreement, first_run_id, foreign
 
 # The records a poll returns live in tail_batch, the command folders' reader in
@@ -128,12 +129,14 @@ class RunTailer:
         self.looked_at = 0
         """Event files the last poll looked at (one ``stat`` each): cold files are skipped."""
         self.reports = 0
-        """Unreadable files or folders reported so far (each also handed out as a bad line)."""
+        """Unreadable files or folders, and bad pulse records, reported so far (each also
+        handed out as a bad line; a reader that starts afresh reports them again)."""
         self._read_bytes = max(1, read_bytes)
         self._decode_bytes = max(1, decode_bytes)
         self._cursors: dict[str, _Cursor] = {}
         self._sizes: dict[str, int] = {}
         self._command_files = CommandFolders(self.run_dir)
+        self._pulse_records = PulseRecords(str(self.run_dir.root))
         self._budget = -1  # bytes the running poll may still decode; -1: no limit
         self._poll_number = 0  # a generator of an older poll stops instead of re-reading
         self._reported: set[tuple[str, str]] = set()
@@ -231,6 +234,10 @@ class RunTailer:
             yield trouble
         if names and self._run_id is None and (problem := self._read_run_id(names)):
             yield problem
+        pulses, bad = self._pulse_records.poll(self._run_id or "")
+        if pulses or bad:  # every rank's liveness now, from its record (rundir/pulses)
+            self.reports += len(bad)
+            yield TailBatch(bad=bad, pulses=pulses)
         touched, self._touched = self._touched, set()
         self.looked_at = 0
         for name in self._due(names, number, touched):

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Final, Literal, TypeAlias
 
-from ckptdash.events import BadLine, Command, Event
+from ckptdash.events import BadLine, Command, Event, Pulse
 
 Location: TypeAlias = Literal["inbox", "claimed", "done"]
 LOCATIONS: Final[tuple[Location, ...]] = ("inbox", "claimed", "done")
@@ -38,18 +38,22 @@ class TailBatch:
     events: list[Event] = field(default_factory=list)
     bad: list[BadLine] = field(default_factory=list)
     commands: list[CommandFile] = field(default_factory=list)
+    pulses: list[Pulse] = field(default_factory=list)
+    """Each changed pulse record as two pulses (:mod:`ckptdash.tail.pulses`): not log lines,
+    so never counted as events."""
 
     def __len__(self) -> int:
-        return len(self.events) + len(self.bad) + len(self.commands)
+        return len(self.events) + len(self.bad) + len(self.commands) + len(self.pulses)
 
     def __bool__(self) -> bool:
-        return bool(self.events or self.bad or self.commands)
+        return bool(self.events or self.bad or self.commands or self.pulses)
 
     def extend(self, other: TailBatch) -> None:
         """Append ``other``'s records after this batch's own."""
         self.events.extend(other.events)
         self.bad.extend(other.bad)
         self.commands.extend(other.commands)
+        self.pulses.extend(other.pulses)
 
 
 @dataclass(frozen=True, slots=True)

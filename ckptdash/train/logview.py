@@ -7,6 +7,7 @@ what crashed attempts left behind.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -15,7 +16,7 @@ from ckptdash.events import Event
 from ckptdash.rundir import RunDir
 from ckptdash.state import RunState
 from ckptdash.state.reading import new_state
-from ckptdash.tail import RunTailer
+from ckptdash.tail import RunTailer, TailBatch
 
 _CKPT_TYPES: Final = frozenset(
     {
@@ -45,9 +46,13 @@ class LogView:
     @classmethod
     def load(cls, run: RunDir) -> LogView:
         view = cls(run, new_state(run), RunTailer(run))
-        for batch in view.tailer.batches():
-            view._apply(batch.events)
-            view.state.apply(batch)
+
+        def pieces() -> Iterator[TailBatch]:
+            for batch in view.tailer.batches():
+                view._apply(batch.events)
+                yield batch
+
+        view.state.apply_all(pieces())
         return view
 
     def update(self) -> None:

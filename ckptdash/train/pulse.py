@@ -1,8 +1,11 @@
 """Every rank's pulse and the in-job watchdog, from one daemon thread per process.
 
 The thread reads the step the main thread last reached (an attribute read) about once a
-second and writes it as a ``pulse`` event into this rank's own event file, without fsync.
-The training step itself pays nothing: no per-step write, no per-step clock read.
+second and rewrites this rank's pulse record with it (:mod:`ckptdash.rundir.pulses`: one
+fixed-size file, so liveness never grows the log); once a minute it also appends a ``pulse``
+event to the rank's event file, without fsync, for the history. Where the record cannot be
+written, every pulse goes to the log as before. The training step itself pays nothing: no
+per-step write, no per-step clock read.
 
 Because the pulse comes from its own thread it keeps coming while the main thread is stuck
 (a collective that never returns, a deadlocked data loader): a rank that pulses at the same
@@ -21,6 +24,7 @@ import warnings
 from collections.abc import Callable
 
 from ckptdash.events import AlertCleared, AlertRaised, Pulse
+from ckptdash.rundir.pulses import LOG_EVERY_S, PulseRecordWriter
 from ckptdash.rundir.writer import EventWriter
 from ckptdash.train.ticker import Ticker
 
@@ -44,8 +48,25 @@ class Pulser:
         self._last_step = step()
         self._moved_at = clock()
         self._armed = False  # only once the main thread reached a step (start-up may be long)
+        self._since = time.time()  # wall time the main thread reached the step it is at
         self.hung = False
         self._failed = False
+        self._logged_at: float | None = None  # the clock at the last pulse in the log
+        self._record: PulseRecordWriter | None = None
+        try:
+            self._record = PulseRecordWriter(
+                writer.run_dir.root,
+                run=writer.run_id,
+                attempt=writer.attempt,
+                rank=writer.rank,
+                host=writer.host,
+            )
+        except OSError as exc:  # an old layout's permissions: pulses go to the log instead
+            warnings.warn(
+                f"ckptdash: no pulse record ({exc}); every pulse goes to the event log",
+                RuntimeWarning,
+                stacklevel=2,
+            )
         self._ticker = Ticker(period_s, self.tick, name="ckptdash-pulse")
 
     def start(self) -> Pulser:
@@ -55,6 +76,8 @@ class Pulser:
 
     def stop(self) -> None:
         self._ticker.stop()
+        if self._record is not None:
+            self._record.close()
 
     def tick(self) -> None:
         """One pulse (and the watchdog's look); never raises into the thread."""
@@ -68,7 +91,7 @@ class Pulser:
     def _tick(self) -> None:
         step, now = self._step(), self._clock()
         if step != self._last_step:
-            self._last_step, self._moved_at = step, now
+            self._last_step, self._moved_at, self._since = step, now, time.time()
             self._armed = True
             if self.hung:
                 self.hung = False
@@ -82,7 +105,7 @@ class Pulser:
                 )
         # Before the first step the main thread's step is not yet the run's (a resumed
         # attempt starts at 0 until the loop reports): the pulse says alive, no step.
-        self._writer.emit(Pulse, step=step if self._armed else None)
+        self._pulse(step if self._armed else None, now)
         stuck = now - self._moved_at
         if self._armed and not self.hung and self.hung_after_s > 0 and stuck >= self.hung_after_s:
             self.hung = True
@@ -97,6 +120,25 @@ class Pulser:
                 source="job",
                 who=self._who(),
             )
+
+    def _pulse(self, step: int | None, now: float) -> None:
+        """The record every tick; the log at the first tick and then once a minute."""
+        if self._record is not None:
+            t = time.time()
+            try:
+                self._record.write(t=t, step=step, since=min(self._since, t))
+            except OSError as exc:  # every pulse goes to the log from now on
+                self._record.close()
+                self._record = None
+                warnings.warn(
+                    f"ckptdash: pulse record not written ({exc}); pulses go to the event log",
+                    RuntimeWarning,
+                    stacklevel=1,
+                )
+        due = self._logged_at is None or now - self._logged_at >= LOG_EVERY_S
+        if self._record is None or due:
+            self._writer.emit(Pulse, step=step)
+            self._logged_at = now
 
     def _who(self) -> str:
         w = self._writer

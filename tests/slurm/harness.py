@@ -212,7 +212,7 @@ def wait_for(
 
 def read_events(run_dir: Path) -> list[Event]:
     """Every readable event of a run, ordered by time."""
-    events = [e for batch in RunTailer(run_dir).batches() for e in batch.events]
+    events = [e for b in RunTailer(run_dir).batches() for e in (*b.events, *b.pulses)]
     return sorted(events, key=lambda e: e.t)
 
 

@@ -3,6 +3,7 @@ by SIGUSR2 and resumed in place, and the Trainer's callback refused by Fabric at
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -15,6 +16,9 @@ import torch
 
 from ckptdash.errors import WrongFrameworkError
 from tests.train.helpers import fake_scontrol, slurm_env, state_of
+from tests.train.test_distributed import _free_port, job_env
+
+FABRIC_WORKER = Path(__file__).with_name("fabric_worker.py")
 
 L = pytest.importorskip("lightning", reason="install the lightning extra: make test")
 
@@ -130,3 +134,41 @@ def test_the_trainer_callback_given_to_fabric_fails_at_setup_naming_the_fabric_w
     fabric.backward(module(torch.randn(2, 4)).sum())
     with pytest.raises(WrongFrameworkError, match="Trainer's callback"):
         opt.step()
+
+
+def fabric_job(tmp_path: Path, name: str, run: Path, restart: int, *args: str) -> list[Any]:
+    """One torchrun launch of ``fabric_worker.py`` on 2 ranks as SLURM attempt ``restart``;
+    returns each rank's report. A hang is killed and fails the test."""
+    reports = tmp_path / f"{name}-ranks"
+    env = job_env(tmp_path, slurm_restart=restart)
+    argv = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2"]
+    argv += ["--master-addr=127.0.0.1", f"--master-port={_free_port()}", str(FABRIC_WORKER)]
+    argv += [str(run), str(reports), *args]
+    done = subprocess.run(argv, env=env, cwd=tmp_path, capture_output=True, timeout=180)
+    output = (done.stdout + done.stderr).decode(errors="replace")[-6000:]
+    assert done.returncode == 0, f"{name}: torchrun exited {done.returncode}:\n{output}"
+    return [json.loads((reports / f"rank{r}.json").read_text()) for r in (0, 1)]
+
+
+def test_two_fabric_ranks_agree_on_a_signal_one_rank_got_and_resume_together(
+    tmp_path: Path,
+) -> None:
+    """Fabric DDP on 2 CPU ranks: SIGUSR2 to rank 1 alone stops both ranks after the same step
+    with one signal save written through ``fabric.save`` and one requeue; the next attempt
+    loads it on both ranks in place and runs only the remaining steps."""
+    run = tmp_path / "run"
+    first = fabric_job(tmp_path, "first", run, 0, "--steps", "40", "--signal-at", "5")
+    assert first[0]["ran"] == first[1]["ran"] and first[0]["preempted"] and first[1]["preempted"]
+    stopped = first[0]["ran"][-1]
+    assert stopped >= 5
+    assert (tmp_path / "scontrol.log").read_text().split() == ["requeue", "4242"]
+    state = state_of(run)
+    (sig,) = state.valid_checkpoints()
+    assert sig.trigger == "signal" and sig.step == stopped
+    assert [s.rank for s in state.signals] == [1]
+
+    second = fabric_job(tmp_path, "second", run, 1, "--steps", "40")
+    assert [r["resumed"] for r in second] == [stopped, stopped]
+    assert second[0]["ran"] == second[1]["ran"] == list(range(stopped + 1, 40))
+    state = state_of(run)
+    assert state.attempts[1].resumed_from == sig.path and state.attempts[1].outcome == "finished"

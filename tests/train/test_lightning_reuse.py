@@ -10,7 +10,10 @@ import pytest
 import torch
 
 import ckptdash
+from ckptdash import control
+from ckptdash.analysis import health
 from ckptdash.errors import CheckpointMismatchError
+from ckptdash.train import crash_loop
 from tests.train.helpers import state_of
 
 L = pytest.importorskip("lightning.pytorch", reason="install the lightning extra: make test")
@@ -72,13 +75,24 @@ def test_a_plain_pytorch_checkpoint_fed_to_lightning_fails_in_one_line(tmp_path:
 
 def test_a_changed_lightning_model_fails_in_one_line_and_fresh_lasts(tmp_path: Path) -> None:
     """The model grew: the old checkpoint fails fit() with one line (size mismatch, the file,
-    the fix); ``fresh="v2"`` starts fresh once, and the next fit with it resumes from v2's
-    own checkpoint, never the old model's."""
+    the fix); the second same failure is a crash loop (health's alert, requeue suspended by
+    ckptdash) — under Lightning as in a plain loop; ``fresh="v2"`` starts fresh once, and
+    the next fit with it resumes from v2's own checkpoint, never the old model's."""
     run = tmp_path / "run"
     fit(run, width=1, max_steps=8)  # saves lightning-8.ckpt, step 8
-    with pytest.raises(CheckpointMismatchError, match=r"lightning-8\.ckpt does not fit") as info:
-        fit(run, width=2, max_steps=12)
-    assert "size mismatch for layer.weight: checkpoint [1, 4], model [2, 4]" in str(info.value)
+    for _ in range(2):  # the job requeued: the same start, the same failure
+        with pytest.raises(
+            CheckpointMismatchError, match=r"lightning-8\.ckpt does not fit"
+        ) as info:
+            fit(run, width=2, max_steps=12)
+        assert "size mismatch for layer.weight: checkpoint [1, 4], model [2, 4]" in str(info.value)
+    state = state_of(run)
+    assert [a.outcome for a in state.attempts.values()] == ["finished", "failed", "failed"]
+    alert = health.crash_loop(state)
+    assert alert is not None and "attempts 1-2 failed the same way" in alert.detail
+    assert any("crash loop" in r.reason and not r.issued for r in state.requeues)
+    settings = control.read_settings(run)
+    assert settings.requeue_suspended and settings.updated_by == crash_loop.AUTHOR
     fit(run, width=2, max_steps=4, fresh="v2")  # fresh: saves lightning-4.ckpt
     trainer = fit(run, width=2, max_steps=6, fresh="v2")
     state = state_of(run)

@@ -389,12 +389,9 @@ class RunFollower:
         for root, run in list(self._runs.items()):
             if roots is not None and root not in roots:
                 continue
-            changed = False
-            for batch in run.tailer.batches():
-                if batch:
-                    run.state.apply(batch)
-                    run.sightings += len(batch.commands)
-                    changed = True
+            records, sightings = run.state.apply_all(run.tailer.batches())
+            run.sightings += sightings
+            changed = records > 0
             if changed and run.tailer.caught_up:  # one that read much leaves a snapshot
                 run.covered = leave_snapshot(run.rd, run.state, run.tailer, run.covered)
             changed |= self._read_settings(run)

@@ -75,7 +75,11 @@ class RunSignature:
             checkpoints=tuple(counts.get(k, 0) for k in CHECKPOINT_KINDS),
             commands=(tuple(counts.get(k, 0) for k in COMMAND_KINDS), sightings),
             lists=(len(state.signals), len(state.requeues), len(state.exceptions)),
-            progress=(counts.get("heartbeat", 0), counts.get("pulse", 0), len(state.attempts)),
+            progress=(
+                counts.get("heartbeat", 0),
+                counts.get("pulse", 0) + state.record_pulses,
+                len(state.attempts),
+            ),
             bad_lines=tuple(sorted(state.bad_lines.counts.items())),
             settings_key=settings_key,
             run_id=state.run_id,

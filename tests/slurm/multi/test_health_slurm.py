@@ -175,9 +175,15 @@ def drive_crash_loop(s: Scenario) -> dict[str, Any]:
             "the watch to hold the job",
             timeout=120,
         )
+        # Held while its requeue completes, the job shows COMPLETING first, then PENDING.
         held = s.wait(
-            lambda: (q := s.cluster.squeue(job.job_id)) and "held" in q[1].lower() and q,
-            "the job to be held in the queue",
+            lambda: (
+                (q := s.cluster.squeue(job.job_id))
+                and q[0] == "PENDING"
+                and "held" in q[1].lower()
+                and q
+            ),
+            "the job to be held pending in the queue",
             timeout=60,
         )
     events = read_events(run)

@@ -1,0 +1,174 @@
+"""Each rank's liveness as one fixed-size record, rewritten in place: a pulse that does not
+grow the log.
+
+    RUN_DIR/pulses/A{attempt:04d}.R{rank:04d}.json   one record, RECORD_BYTES long
+
+A rank's pulse is about *now*: that it is alive, at which step, since when. Appended to the
+event log once a second by every rank, it made the log grow with ranks × seconds (a 1,024-rank
+day is 88 million lines), and every reader that opens the run replays them all. So every
+pulse goes to this record instead, overwritten at offset 0 (the file never grows), and only
+one pulse a minute still goes to the log (:data:`LOG_EVERY_S`), so the log grows with events.
+
+The record is one JSON object padded with spaces to ``RECORD_BYTES - 1`` bytes and a newline::
+
+    {"v":1,"run":"…","attempt":0,"rank":3,"host":"n1","pid":4242,"t":1764430000.5,
+     "step":120,"since":1764429990.1,"seq":17,"crc":"9a3e0c1f"}
+
+``t`` is when the rank last pulsed, ``step`` its step then (``null`` before its first step),
+``since`` when it first reached that step (so a reader that opens the run late still sees for
+how long a hung rank has stood still), ``seq`` counts the rewrites. ``crc`` is the CRC-32 of
+the object written without its ``crc`` member: a rewrite is not atomic for a reader on every
+filesystem, and a torn read then fails the check and is read again at the next poll.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+PULSES_DIR: Final = "pulses"
+RECORD_BYTES: Final = 512
+"""Every record is exactly this long, so a rewrite never changes the file's size."""
+FORMAT_VERSION: Final = 1
+LOG_EVERY_S: Final = 60.0
+"""How often a rank still appends a ``pulse`` to the event log, for the history (the
+progress series, a reader of the log alone); the record holds the one of every second."""
+TORN: Final = "torn: not one whole record (a rewrite in progress, or not a pulse record)"
+"""What :func:`decode` says of bytes that are not one whole record; read them again later."""
+_CRC: Final = b',"crc":"'
+NAME_RE: Final = re.compile(r"^A(\d{4,9})\.R(\d{4,9})\.json$")
+_HOST_MAX: Final = 200
+
+
+def record_name(attempt: int, rank: int) -> str:
+    """The record file's name of one rank of one attempt."""
+    return f"A{attempt:04d}.R{rank:04d}.json"
+
+
+@dataclass(frozen=True, slots=True)
+class PulseRecord:
+    """One rank's liveness as its record says it."""
+
+    run: str
+    attempt: int
+    rank: int
+    host: str
+    pid: int
+    t: float
+    step: int | None
+    since: float
+    seq: int
+
+
+def encode(rec: PulseRecord) -> bytes:
+    """The record's bytes: RECORD_BYTES long, newline-terminated, with its CRC."""
+    body: dict[str, Any] = {
+        "v": FORMAT_VERSION,
+        "run": rec.run,
+        "attempt": rec.attempt,
+        "rank": rec.rank,
+        "host": rec.host[:_HOST_MAX],
+        "pid": rec.pid,
+        "t": rec.t,
+        "step": rec.step,
+        "since": rec.since,
+        "seq": rec.seq,
+    }
+    raw = json.dumps(body, separators=(",", ":"))
+    crc = f"{zlib.crc32(raw.encode()):08x}"
+    data = (raw[:-1] + f',"crc":"{crc}"' + "}").encode()
+    if len(data) > RECORD_BYTES - 1:
+        raise ValueError(f"a pulse record of {len(data)} bytes does not fit {RECORD_BYTES}")
+    return data.ljust(RECORD_BYTES - 1) + b"\n"
+
+
+def decode(data: bytes) -> PulseRecord | str:
+    """The record in ``data``, or why it is not one (torn, another version, a bad field)."""
+    text = data.rstrip(b" \n")
+    cut = text.rfind(_CRC)
+    if cut < 0 or not text.endswith(b'"}') or len(text) != cut + len(_CRC) + 10:
+        return TORN
+    head = text[:cut] + b"}"  # the object as written, without its crc member
+    if text[cut + len(_CRC) : -2] != b"%08x" % zlib.crc32(head):
+        return TORN
+    try:
+        obj = json.loads(head)
+    except (ValueError, RecursionError):
+        return TORN
+    if not isinstance(obj, dict):
+        return "not a JSON object"
+    if obj.get("v") != FORMAT_VERSION:
+        return f"format version {obj.get('v')!r}, not {FORMAT_VERSION}"
+    try:
+        rec = PulseRecord(
+            run=_typed(obj, "run", str),
+            attempt=_count(obj, "attempt"),
+            rank=_count(obj, "rank"),
+            host=_typed(obj, "host", str),
+            pid=_count(obj, "pid"),
+            t=_time(obj, "t"),
+            step=None if obj.get("step") is None else _count(obj, "step"),
+            since=_time(obj, "since"),
+            seq=_count(obj, "seq"),
+        )
+    except ValueError as exc:
+        return str(exc)
+    return rec
+
+
+def _typed(obj: dict[str, Any], key: str, kind: type[str]) -> str:
+    value = obj.get(key)
+    if not isinstance(value, kind):
+        raise ValueError(f"{key} is {value!r}, not a string")
+    return value
+
+
+def _count(obj: dict[str, Any], key: str) -> int:
+    value = obj.get(key)
+    if type(value) is not int or not 0 <= value < 2**63:
+        raise ValueError(f"{key} is {value!r}, not a whole number ≥ 0")
+    return value
+
+
+def _time(obj: dict[str, Any], key: str) -> float:
+    value = obj.get(key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1e11:
+        raise ValueError(f"{key} is {value!r}, not a time in seconds since the epoch")
+    return float(value)
+
+
+class PulseRecordWriter:
+    """Rewrites one rank's record in place; one per (attempt, rank) writer."""
+
+    def __init__(self, root: str | os.PathLike[str], *, run: str, attempt: int, rank: int,
+                 host: str) -> None:  # fmt: skip
+        folder = Path(root) / PULSES_DIR
+        with contextlib.suppress(FileExistsError):
+            folder.mkdir()
+        self.path = folder / record_name(attempt, rank)
+        flags = os.O_WRONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC
+        self._fd: int | None = os.open(self.path, flags, 0o644)
+        self._base = PulseRecord(run, attempt, rank, host, os.getpid(), 0.0, None, 0.0, 0)
+
+    def write(self, *, t: float, step: int | None, since: float) -> None:
+        """Rewrite the record: alive at ``t``, at ``step`` since ``since``."""
+        if self._fd is None:
+            raise ValueError(f"{self.path}: the pulse record writer is closed")
+        b = self._base
+        self._base = rec = PulseRecord(
+            b.run, b.attempt, b.rank, b.host, b.pid, t, step, since, b.seq + 1
+        )
+        data = encode(rec)
+        if os.pwrite(self._fd, data, 0) != len(data):
+            raise OSError(f"{self.path}: a short write of the pulse record")
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
