@@ -225,10 +225,12 @@ def measure(
 
     watch = {"base": lambda: rss(base), "size": lambda: rss(data)}
     out["watch_rss"] = interleave(watch, 1)
-    follower = {
-        "base": lambda: peak_rss_bytes(follow(base.path)),
-        "size": lambda: peak_rss_bytes(follow(data.path)),
-    }
+
+    def follower_rss(d: Data) -> float:
+        forget_snapshots(d)  # a first look, as watch's
+        return peak_rss_bytes(follow(d.path))
+
+    follower = {"base": lambda: follower_rss(base), "size": lambda: follower_rss(data)}
     out["follower_rss"] = interleave(follower, 1)
     if size.idle_cpu:
         out["watch_idle_cpu"] = interleave(
