@@ -40,11 +40,6 @@ from ckptdash.state import records as rec_
 from ckptdash.state import series as series_
 from ckptdash.state import streams as streams_
 
-
-class CodecError(ValueError):
-    """The body does not describe a state this version of ckptdash can restore."""
-
-
 _SLOTTED: Final[dict[str, type]] = {
     c.__name__: c for c in (streams_.Stream, streams_.Attempt, series_.Series, ckpt_.Checkpoint)
 }
@@ -150,7 +145,7 @@ def _enc(x: Any) -> Any:
         return ["O", name, *(_enc(getattr(x, s)) for s in _SLOTS[name])]
     if _RECORDS.get(name) is t:
         return ["R", name, *(_enc(getattr(x, f)) for f in _FIELDS[name])]
-    raise CodecError(f"a {name} in the state has no snapshot encoding")
+    raise ValueError(f"a {name} in the state has no snapshot encoding")
 
 
 def dump_state(state: RunState) -> dict[str, Any]:
@@ -176,9 +171,9 @@ def _dec(x: Any) -> Any:
     if t is not list:
         if x is None or t is str or t is int or t is bool or t is float:
             return x
-        raise CodecError(f"unexpected {t.__name__} in the body")
+        raise ValueError(f"unexpected {t.__name__} in the body")
     if not x or type(x[0]) is not str:
-        raise CodecError("an untagged list in the body")
+        raise ValueError("an untagged list in the body")
     tag = x[0]
     if tag == "L":
         return [_dec(v) for v in x[1:]]
@@ -186,13 +181,13 @@ def _dec(x: Any) -> Any:
         return tuple(_dec(v) for v in x[1:])
     if tag == "D":
         if len(x) % 2 != 1:
-            raise CodecError("a dict with a key and no value")
+            raise ValueError("a dict with a key and no value")
         return {_dec(x[i]): _dec(x[i + 1]) for i in range(1, len(x), 2)}
     if len(x) < 2 or (tag != "O" and tag != "R" and len(x) != 2) or type(x[1]) is not str:
-        raise CodecError(f"a malformed {tag!r} item")
+        raise ValueError(f"a malformed {tag!r} item")
     if tag == "F":
         if x[1] not in _FLOATS:
-            raise CodecError(f"not a float: {x[1]!r}")
+            raise ValueError(f"not a float: {x[1]!r}")
         return _FLOATS[x[1]]
     if tag == "B":
         return base64.b64decode(x[1], validate=True)
@@ -201,7 +196,7 @@ def _dec(x: Any) -> Any:
     if tag == "E":
         ev = ev_.decode_line(x[1].encode())
         if isinstance(ev, BadLine):
-            raise CodecError(f"an event that does not decode: {ev.detail}")
+            raise ValueError(f"an event that does not decode: {ev.detail}")
         if isinstance(ev, ev_.Heartbeat):
             ev = msgspec.structs.replace(ev, metrics=ev.metrics.copy())
         return ev
@@ -209,7 +204,7 @@ def _dec(x: Any) -> Any:
         cls = _SLOTTED.get(x[1])
         names = _SLOTS.get(x[1], ())
         if cls is None or len(x) != 2 + len(names):
-            raise CodecError(f"not a state class: {x[1]!r}")
+            raise ValueError(f"not a state class: {x[1]!r}")
         obj: Any = object.__new__(cls)
         for name, value in zip(names, x[2:], strict=True):
             setattr(obj, name, _dec(value))
@@ -218,33 +213,33 @@ def _dec(x: Any) -> Any:
         cls = _RECORDS.get(x[1])
         fields = _FIELDS.get(x[1], ())
         if cls is None or len(x) != 2 + len(fields):
-            raise CodecError(f"not a state record: {x[1]!r}")
+            raise ValueError(f"not a state record: {x[1]!r}")
         return cls(**{f: _dec(v) for f, v in zip(fields, x[2:], strict=True)})
-    raise CodecError(f"unknown tag {tag!r}")
+    raise ValueError(f"unknown tag {tag!r}")
 
 
 def restore_state(body: Any, root: str, run_id: str) -> RunState:
     """A state confined to ``root`` with ``run_id``, as :func:`dump_state` saw it.
 
-    Raises :class:`CodecError` (or any error a hostile body provokes: the caller treats every
+    Raises ``ValueError`` (or any error a hostile body provokes: the caller treats every
     exception as "replay instead") when the body is not one this version wrote."""
     if type(body) is not dict or set(body) != {*_KEPT, "bad_counts"}:
-        raise CodecError("the body does not hold this version's state attributes")
+        raise ValueError("the body does not hold this version's state attributes")
     state = RunState(root, run_id, confine=True)
     values = {name: _dec(body[name]) for name in _KEPT}
     for name, value in values.items():
         default = getattr(state, name)
         if type(value) is not type(default) and default is not None:
-            raise CodecError(f"{name} is a {type(value).__name__}, not a {type(default).__name__}")
+            raise ValueError(f"{name} is a {type(value).__name__}, not a {type(default).__name__}")
         setattr(state, name, value)
     counts = _dec(body["bad_counts"])
     for table in (counts, state.event_counts):
         if type(table) is not dict or any(
             type(k) is not str or type(v) is not int for k, v in table.items()
         ):
-            raise CodecError("a count table that is not one")
+            raise ValueError("a count table that is not one")
     if any(type(d) is not str for d in state.checkpoint_dirs):
-        raise CodecError("a checkpoint folder that is not a path")
+        raise ValueError("a checkpoint folder that is not a path")
     _check_shapes(state)
     state.bad_lines.counts = counts
     state.bad_lines.samples = [
@@ -269,18 +264,18 @@ def _check_shapes(state: RunState) -> None:
     anything); every value inside comes from the classes above, or is a plain scalar."""
     for n, a in state._attempts.items():
         if type(n) is not int or type(a) is not streams_.Attempt or a.info.attempt != n:
-            raise CodecError("an attempt that is not one")
+            raise ValueError("an attempt that is not one")
         for rank, s in a.streams.items():
             if type(rank) is not int or type(s) is not streams_.Stream:
-                raise CodecError("a rank stream that is not one")
+                raise ValueError("a rank stream that is not one")
     for path, c in state._checkpoints.items():
         if type(path) is not str or type(c) is not ckpt_.Checkpoint or not c.latest:
-            raise CodecError("a checkpoint that is not one")
+            raise ValueError("a checkpoint that is not one")
     for cid, cmd in state._commands.items():
         if type(cid) is not str or type(cmd) is not cmd_.Command:
-            raise CodecError("a command that is not one")
+            raise ValueError("a command that is not one")
         if cmd.received is None and cmd.outcome is None:
-            raise CodecError("a command with nothing known of it")
+            raise ValueError("a command with nothing known of it")
     for item in state._bad_heap:
         if type(item) is not tuple or len(item) != 4 or item[2] not in _REASONS:
-            raise CodecError("a bad-line sample that is not one")
+            raise ValueError("a bad-line sample that is not one")
