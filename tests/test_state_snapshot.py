@@ -491,3 +491,21 @@ def test_a_snapshot_taken_inside_an_oversize_line_goes_on_skipping_it(tmp_path: 
     assert restored.bad_lines.counts == {"oversize": 1}
     assert answers(log.run, restored) == answers(log.run, replay(log.run))
     log.writers[0].close()
+
+
+def test_a_snapshot_folder_swapped_for_a_link_is_neither_read_nor_written(tmp_path: Path) -> None:
+    """RUN/snapshot replaced by a symbolic link to a folder holding a valid snapshot: the
+    reader does not follow it (it replays), and a writer does not write through it."""
+    run = _run(tmp_path)
+    load_state(run, write_after=0)
+    folder = run.root / "snapshot"
+    elsewhere = tmp_path / "elsewhere"
+    folder.rename(elsewhere)
+    folder.symlink_to(elsewhere, target_is_directory=True)
+    before = (elsewhere / "state-v1.json").read_bytes()
+    assert "link" in snapshot.restore(run, run.info().run_id).why_not
+    _append(run)
+    state, tailer = open_run(run, write=False)
+    assert "link" in snapshot.write(run, state, tailer)
+    assert (elsewhere / "state-v1.json").read_bytes() == before
+    assert state.to_dict() == replay(run).to_dict()
