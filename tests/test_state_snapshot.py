@@ -141,10 +141,11 @@ class Log:
         self.writers: dict[int, EventWriter] = {}
         self.torn: dict[int, bytes] = {}  # the rest of a half-written line, per writer
         self.records: dict[int, PulseRecordWriter] = {}
+        self.record_steps: dict[int, tuple[int, float]] = {}  # (step, since) last written
         self.t = T0
         self.n = 0
         self.changed = False  # a file the snapshot read was cut short or replaced since
-        self.offsets: dict[str, int] = {}  # how far the last snapshot read each file
+        self.offsets: dict[str, int] = {}  # how far the last snapshot read (or searched) each file
         self.sizes: dict[str, int] = {}  # and each file's size then
         self.unsure = False  # cut, but not below what it read: refused only if mtime moved
 
@@ -179,7 +180,16 @@ class Log:
                 self.root, run=w.run_id, attempt=w.attempt, rank=w.rank, host=w.host
             )
         self.t += 1
-        self.records[i].write(t=self.t, step=step, since=self.t - step % 3)
+        # As the pulse thread writes it: the step never goes back, and ``since`` is when the
+        # rank reached it (a record whose ``since`` moves on at one step is not one a job
+        # writes; a replay and a follower would then disagree too).
+        last_step, since = self.record_steps.get(i, (-1, self.t))
+        if step <= last_step:
+            step = last_step
+        else:
+            since = self.t
+        self.record_steps[i] = (step, since)
+        self.records[i].write(t=self.t, step=step, since=since)
 
     def bad_record(self, i: int) -> None:
         """A record of another attempt under this one's name: reported, never counted."""
@@ -243,7 +253,7 @@ def test_snapshot_plus_tail_equals_a_full_replay(ops: list[tuple[Any, ...]]) -> 
                 assert answers(log.run, state) == answers(log.run, replay(log.run))
                 if snapshot.why_not_write(log.run, state, tailer) == "":  # it was written
                     taken, log.changed, log.unsure = True, False, False
-                    log.offsets = {n: p.offset for n, p in tailer.positions().items()}
+                    log.offsets = {n: p.offset + p.scanned for n, p in tailer.positions().items()}
                     log.sizes = {n: (log.run.events / n).stat().st_size for n in log.offsets}
             else:
                 getattr(log, {"torn": "tear"}.get(op[0], op[0]))(*op[1:])

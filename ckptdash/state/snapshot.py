@@ -94,11 +94,12 @@ def _span_hash(fd: int, start: int, end: int) -> str:
 
 def _file_record(events_dir: str, name: str, p: Position) -> dict[str, Any]:
     fd, st = open_regular(os.path.join(events_dir, name))
+    end = p.offset + p.scanned  # what was read, and searched of an oversize line
     try:
-        if st.st_ino != p.ino or st.st_size < p.offset:
+        if st.st_ino != p.ino or st.st_size < end:
             raise OSError(errno.ESTALE, "changed since it was read")
-        head = _span_hash(fd, 0, min(CHECK_BYTES, p.offset))
-        tail = _span_hash(fd, max(0, p.offset - CHECK_BYTES), p.offset)
+        head = _span_hash(fd, 0, min(CHECK_BYTES, end))
+        tail = _span_hash(fd, max(0, end - CHECK_BYTES), end)
     finally:
         os.close(fd)
     return {
@@ -122,8 +123,8 @@ def _why_file_changed(events_dir: str, name: str, rec: Any) -> str:
     numbers = [rec.get(k) for k in ("offset", "lineno", "scanned", "ino", "dev", "size")]
     if any(type(n) is not int or n < 0 for n in numbers) or rec.get("lineno", 0) < 1:
         return f"{name}: a file record with a bad number"
-    offset, ino, size = rec["offset"], rec["ino"], rec["size"]
-    if offset + rec["scanned"] > size:
+    end, ino, size = rec["offset"] + rec["scanned"], rec["ino"], rec["size"]
+    if end > size:
         return f"{name}: a file record read past the file's size"
     try:
         fd, st = open_regular(os.path.join(events_dir, name))
@@ -134,13 +135,13 @@ def _why_file_changed(events_dir: str, name: str, rec: Any) -> str:
     try:
         if st.st_ino != ino or st.st_dev != rec["dev"]:
             return f"{name} was replaced"
-        if st.st_size < offset:
-            return f"{name} is shorter than the snapshot read ({st.st_size} < {offset} bytes)"
+        if st.st_size < end:
+            return f"{name} is shorter than the snapshot read ({st.st_size} < {end} bytes)"
         if st.st_size <= size and st.st_mtime_ns != rec["mtime_ns"]:
             return f"{name} was modified in place"
-        if _span_hash(fd, 0, min(CHECK_BYTES, offset)) != rec["head_sha256"]:
+        if _span_hash(fd, 0, min(CHECK_BYTES, end)) != rec["head_sha256"]:
             return f"{name}: its first bytes changed"
-        if _span_hash(fd, max(0, offset - CHECK_BYTES), offset) != rec["tail_sha256"]:
+        if _span_hash(fd, max(0, end - CHECK_BYTES), end) != rec["tail_sha256"]:
             return f"{name}: the bytes before the snapshot's offset changed"
     except OSError as exc:
         return f"{name}: {exc.strerror or exc}"
