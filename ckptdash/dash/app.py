@@ -116,7 +116,6 @@ class Dashboard(pn.viewable.Viewer):  # type: ignore[misc]
         )
         self.header = StatusHeader(self.model)
         self.alerts = HealthBanner(self.model)
-        self.ranks = RanksView(self.model)
         self.runs = RunList(self.model)
         self.controls = Controls(self.model, self.actions)
         doc = pn.state.curdoc
@@ -136,6 +135,7 @@ class Dashboard(pn.viewable.Viewer):  # type: ignore[misc]
         # Views update in the order they were made: the table's small message before the plot's
         # (a plot redraw costs the browser ~50 ms; a new checkpoint should not wait for it).
         self.table = CheckpointTable(self.model, self.controls)
+        self.ranks = RanksView(self.model)  # after the table: a new row first, then the ranks
         self.timeline = Timeline(self.model)
         self.commands = CommandsView(self.model)
         self.feed = EventsFeed(self.model)
