@@ -6,8 +6,8 @@ JavaScript lives in the page, not in the kernel: when the user reloads the brows
 kernel still running), the new page has none of it. Calling ``pn.extension`` once per kernel,
 as ckptdash did, then left every widget rendered after the reload blank, with only
 "Unable to run Panel code because Bokeh or Panel library is missing" in the browser's console,
-until the kernel restarted. Sending it with every widget instead would put ~8 MB into each
-output of the notebook.
+until the kernel restarted. Sending it with every widget instead would put about 7 MB into
+each widget's output in the notebook file (3.5 MB of JavaScript, written under two MIME types).
 
 Each page talks to the kernel through its own client, whose id is the ``session`` of every
 message it sends (JupyterLab makes a new one per page load). So the JavaScript goes out again
