@@ -82,13 +82,14 @@ def run_demo(
             while not forever.wait(3600):
                 pass
         return status
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
+        by = "SIGTERM" if isinstance(stop, _Terminated) else "Ctrl-C"
         with _interrupts_ignored(main):  # the attempt has stopped; let the server stop too
             if server is not None:
                 server.stop()
                 server = None
         print(
-            f"\nckptdash demo: stopped by Ctrl-C, goodbye. See the run with:"
+            f"\nckptdash demo: stopped by {by}, goodbye. See the run with:"
             f" ckptdash status {run_dir}",
             flush=True,
         )
@@ -131,8 +132,12 @@ def _holds_a_run(folder: Path) -> bool:
     return events.is_dir() and any(events.iterdir())
 
 
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM (``kill``): stops the demo as Ctrl-C does."""
+
+
 def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
+    raise _Terminated
 
 
 def _check_port_free(port: int) -> None:
