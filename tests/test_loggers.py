@@ -4,6 +4,7 @@ replace, reading back the recorded logger runs, and how ``ckptdash status`` name
 from __future__ import annotations
 
 import time
+import types
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,27 @@ def test_drop_until_skips_the_logged_steps_then_takes_itself_off() -> None:
         logger.log_metrics({"loss": 1.0}, step)
     assert logger.logged == [13, 14] and drop.dropped == 2
     assert "log_metrics" not in logger.__dict__
+
+
+def test_drop_until_on_a_module_function_puts_the_function_back() -> None:
+    """A framework that calls a module's function (the HF Trainer's ``wandb.log``,
+    ``mlflow.log_metrics``) is dropped for the same steps, read by ``step_of``; a call without
+    a step goes through; past the last dropped step the module holds its own function again."""
+    module = types.ModuleType("fake_wandb")
+    logged: list[dict[str, Any]] = []
+
+    def log(data: dict[str, Any], step: int | None = None) -> None:
+        logged.append(data)
+
+    module.log = log  # type: ignore[attr-defined]
+    drop = loggers.DropUntil(module, 7, "log", lambda a, kw: a[0].get("train/global_step"))
+    module.log({"train/global_step": 6})
+    module.log({"train/global_step": 7})
+    module.log({"summary": 1})  # no step: goes through, the wrapper stays
+    module.log({"train/global_step": 7})
+    module.log({"train/global_step": 8})
+    assert logged == [{"summary": 1}, {"train/global_step": 8}] and drop.dropped == 3
+    assert module.log is log
 
 
 def test_recorded_loggers_reads_the_newest_of_each_name_leniently(run_dir: RunDir) -> None:
