@@ -26,6 +26,8 @@ import ckptdash
 from ckptdash.hf import CkptDashCallback
 from ckptdash.rundir import RunDir
 from ckptdash.state.reading import load_state
+from ckptdash.train import loggers
+from tests import wandb_offline
 from tests.frameworks.hf_tiny import trainer
 
 pytestmark = pytest.mark.integration
@@ -61,8 +63,10 @@ def offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_report_to_loggers_continue_one_run_across_a_crash(tmp_path: Path, offline: None) -> None:
     """Saved at step 5, crashed at 8, resumed from checkpoint-5 to 12: TensorBoard (in the run
-    directory's tensorboard/ckptdash-<id>) shows each step once, MLflow has one run, W&B one
-    run id; the run records the three."""
+    directory's tensorboard/ckptdash-<id>) shows each step once; MLflow has one run and W&B
+    one run id, each with every step once (the redone steps 6 and 7, logged by the crashed
+    attempt, are not sent again; read back from MLflow's store and W&B's offline files); the
+    run records the three."""
     run, out = tmp_path / "run", tmp_path / "out"
     report = {"report_to": ["tensorboard", "wandb", "mlflow"], "save_steps": 5}
     first = CkptDashCallback(run, **FAST)
@@ -76,6 +80,7 @@ def test_report_to_loggers_continue_one_run_across_a_crash(tmp_path: Path, offli
     t = trainer(out, steps=12, callbacks=[second], **report)
     t.train(resume_from_checkpoint=ckptdash.resume_path(run))
     assert t.state.global_step == 12
+    wandb.finish()  # W&B writes its offline file in 32 KiB blocks: the rest at finish
 
     derived = f"ckptdash-{RunDir(run).info().run_id}"
     folder = run / "tensorboard" / derived
@@ -87,8 +92,14 @@ def test_report_to_loggers_continue_one_run_across_a_crash(tmp_path: Path, offli
     client = mlflow.MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
     exp_ids = [e.experiment_id for e in client.search_experiments()]
     (ml_run,) = client.search_runs(exp_ids)
+    history = client.get_metric_history(ml_run.info.run_id, "loss")
+    assert sorted(int(m.step) for m in history) == list(range(1, 13)), "MLflow: each step once"
     offline_runs = sorted((tmp_path / "wandb-home" / "wandb").glob("offline-run-*"))
     assert len(offline_runs) == 2 and all(p.name.endswith(derived) for p in offline_runs)
+    logged = [s for s, _ in wandb_offline.logged(offline_runs, "train/global_step", "train/loss")]
+    assert sorted(logged) == list(range(1, 13)), f"W&B: each step once: {logged}"
+    assert not isinstance(wandb.log, loggers.DropUntil), "wandb.log is W&B's own again"
+    assert not isinstance(mlflow.log_metrics, loggers.DropUntil)
 
     state = load_state(run)
     assert {n: i.id for n, i in state.loggers.items()} == {
@@ -97,3 +108,4 @@ def test_report_to_loggers_continue_one_run_across_a_crash(tmp_path: Path, offli
         "mlflow": ml_run.info.run_id,
     }
     assert state.loggers["tensorboard"].redone == "replaced"
+    assert state.loggers["wandb"].redone == state.loggers["mlflow"].redone == "dropped"
