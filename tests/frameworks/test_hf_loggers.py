@@ -5,6 +5,9 @@ TensorBoard, W&B (offline) and MLflow (a local file store)."""
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -29,10 +32,14 @@ from ckptdash.state.reading import load_state
 from ckptdash.train import loggers
 from tests import wandb_offline
 from tests.frameworks.hf_tiny import trainer
+from tests.train.test_distributed import job_env
 
 pytestmark = pytest.mark.integration
 
 FAST = {"agree_interval_s": 1e-4, "poll_interval_s": 1e-4}
+WORKER = Path(__file__).with_name("hf_logger_worker.py")
+_OFFLINE_ENV = ("WANDB_MODE", "WANDB_DIR", "WANDB_SILENT", "WANDB_PROJECT",
+                "MLFLOW_ALLOW_FILE_STORE", "MLFLOW_TRACKING_URI")  # fmt: skip
 
 
 class Crash(RuntimeError):
@@ -109,3 +116,33 @@ def test_report_to_loggers_continue_one_run_across_a_crash(tmp_path: Path, offli
     }
     assert state.loggers["tensorboard"].redone == "replaced"
     assert state.loggers["wandb"].redone == state.loggers["mlflow"].redone == "dropped"
+
+
+def test_report_to_loggers_continue_one_run_across_a_kill(tmp_path: Path, offline: None) -> None:
+    """Saved at step 5, killed without warning (SIGKILL) at 8, resumed to 12, each attempt
+    its own process: TensorBoard and MLflow show each step once, W&B no step twice in one
+    run id. (W&B's offline service writes 32 KiB blocks: what the killed attempt logged is
+    lost with it, so W&B holds only the resumed attempt's steps from 8 on; docs/loggers.md.)"""
+    env = dict(job_env(tmp_path), **{k: os.environ[k] for k in _OFFLINE_ENV})
+    argv = [sys.executable, str(WORKER), str(tmp_path / "run"), str(tmp_path / "out"), "12"]
+    killed = subprocess.run([*argv, "8"], env=env, capture_output=True, text=True, timeout=240)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    resumed = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=240)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+
+    run = tmp_path / "run"
+    derived = f"ckptdash-{RunDir(run).info().run_id}"
+    acc = event_accumulator.EventAccumulator(str(run / "tensorboard" / derived))
+    acc.Reload()
+    assert [e.step for e in acc.Scalars("train/loss")] == list(range(1, 13))
+    client = mlflow.MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
+    (ml_run,) = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    history = client.get_metric_history(ml_run.info.run_id, "loss")
+    assert sorted(int(m.step) for m in history) == list(range(1, 13)), "MLflow: each step once"
+    offline_runs = sorted((tmp_path / "wandb-home" / "wandb").glob("offline-run-*"))
+    assert len(offline_runs) == 2 and all(p.name.endswith(derived) for p in offline_runs)
+    logged = [s for s, _ in wandb_offline.logged(offline_runs, "train/global_step", "train/loss")]
+    assert len(logged) == len(set(logged)) and set(range(8, 13)) <= set(logged), logged
+    state = load_state(run)
+    assert state.loggers["wandb"].redone == state.loggers["mlflow"].redone == "dropped"
+    assert (state.loggers["mlflow"].attempt, state.loggers["mlflow"].step) == (1, 5)
