@@ -13,6 +13,7 @@ import torch
 
 import ckptdash
 from tests.train.helpers import next_wall_second, state_of
+from tests.wandb_offline import logged
 
 event_accumulator = pytest.importorskip(
     "tensorboard.backend.event_processing.event_accumulator",
@@ -81,7 +82,8 @@ def test_a_loop_logs_into_one_run_of_each_logger_across_a_crash(
     tmp_path: Path, offline: Any
 ) -> None:
     """Saved at step 10, crashed at 13, resumed: TensorBoard shows every step once (11 and 12
-    from the second attempt), MLflow one run with every step once, W&B one run id."""
+    from the second attempt), MLflow one run and W&B one run id, each with every step once
+    (W&B's read back from its offline ``.wandb`` files)."""
     run, logs = tmp_path / "run", tmp_path / "logs"
     started = time.time()
     with pytest.raises(Crash):
@@ -107,6 +109,9 @@ def test_a_loop_logs_into_one_run_of_each_logger_across_a_crash(
     assert len(offline_runs) == 2 and all(
         p.name.endswith(f"ckptdash-{run_id}") for p in offline_runs
     )
+    rows = logged(offline_runs, "step", "tag")
+    assert sorted(s for s, _ in rows) == list(range(20)), f"W&B: each step once: {rows}"
+    assert dict(rows)[12] == 0.0 and dict(rows)[13] == 1.0  # the dropped ones kept theirs
     state = state_of(run)
     assert {n: i.id for n, i in state.loggers.items()} == {
         "tensorboard": f"ckptdash-{run_id}",
