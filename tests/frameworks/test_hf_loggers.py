@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +57,11 @@ class CrashAt(TrainerCallback):
 
 
 @pytest.fixture
-def offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """W&B offline and MLflow's file store in the test's folder, whatever W&B or MLflow did
+    earlier in this process: W&B reads its environment once per process (until
+    ``wandb.teardown()``) and MLflow keeps a tracking URI set in-process over the variable."""
+    wandb.teardown()
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wandb-home"))
     monkeypatch.setenv("WANDB_SILENT", "true")
@@ -64,8 +69,14 @@ def offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3 asks for an opt-in
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"file:{tmp_path / 'mlruns'}")
     for name in ("WANDB_RUN_ID", "WANDB_RESUME", "MLFLOW_RUN_ID", "TENSORBOARD_LOGGING_DIR"):
-        monkeypatch.delenv(name, raising=False)
+        # ckptdash sets these in this process: set first, so they are taken away after the
+        # test (a later test's training processes would inherit them)
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
     monkeypatch.chdir(tmp_path)  # whatever a logger writes next to it stays in the test's folder
+    mlflow.set_tracking_uri(os.environ["MLFLOW_TRACKING_URI"])
+    yield
+    wandb.teardown()  # no W&B service of this process for later tests' processes to inherit
 
 
 def test_report_to_loggers_continue_one_run_across_a_crash(tmp_path: Path, offline: None) -> None:

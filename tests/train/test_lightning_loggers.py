@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ import pytest
 from ckptdash.rundir import RunDir
 from tests.train.helpers import next_wall_second, state_of
 from tests.train.test_distributed import job_env
+from tests.wandb_launcher import launcher_service
 from tests.wandb_offline import logged
 
 pytest.importorskip("lightning.pytorch", reason="install the lightning extra: make test")
@@ -30,7 +32,7 @@ event_accumulator = pytest.importorskip(
     "tensorboard.backend.event_processing.event_accumulator",
     reason="install the test extra (tensorboard, wandb, mlflow): make test",
 )
-wandb = pytest.importorskip("wandb", reason="install the test extra: make test")
+pytest.importorskip("wandb", reason="install the test extra: make test")
 mlflow = pytest.importorskip("mlflow", reason="install the test extra: make test")
 
 pytestmark = pytest.mark.integration
@@ -130,13 +132,16 @@ def _file_store(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def shared_wandb_service() -> None:
-    """Every launch inherits ``WANDB_SERVICE``: the W&B service of this (launcher) process,
-    as a launcher that called ``wandb.setup()`` and restarts its workers passes it on. It
-    keeps a killed attempt's run open: without ckptdash the next attempt's ``wandb.init`` of
-    the same id is refused ("run ID ... is in use"; test_wandb_service pins that)."""
-    wandb.setup()
-    assert os.environ.get("WANDB_SERVICE")
+def shared_wandb_service(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every launch inherits ``WANDB_SERVICE``: the W&B service of a launcher process, as a
+    launcher that called ``wandb.setup()`` and restarts its workers passes it on. It keeps a
+    killed attempt's run open: without ckptdash the next attempt's ``wandb.init`` of the same
+    id is refused ("run ID ... is in use"; test_wandb_service pins that)."""
+    env = dict(os.environ, WANDB_MODE="offline", WANDB_SILENT="true")
+    env.pop("WANDB_SERVICE", None)
+    with launcher_service(env) as token:
+        monkeypatch.setenv("WANDB_SERVICE", token)  # job_env passes it on
+        yield
 
 
 def _wandb_rows(job: Job, derived: str, launches: int) -> list[tuple[int, float]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -69,13 +70,18 @@ def attempt(run: Path, logs: Path, *, tag: float, crash_at: int | None, total: i
 
 
 @pytest.fixture
-def offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+def offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """W&B offline in the test's folder whatever W&B did earlier in this process (it reads
+    its environment once per process, until ``wandb.teardown()``)."""
+    wandb.teardown()
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wandb-home"))
     monkeypatch.setenv("WANDB_SILENT", "true")
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3 asks for an opt-in
     for name in ("WANDB_RUN_ID", "WANDB_RESUME", "MLFLOW_RUN_ID"):
         monkeypatch.delenv(name, raising=False)
+    yield
+    wandb.teardown()  # no W&B service of this process for later tests' processes to inherit
 
 
 def test_a_loop_logs_into_one_run_of_each_logger_across_a_crash(

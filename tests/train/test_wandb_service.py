@@ -13,11 +13,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.train.test_distributed import job_env
+from tests.wandb_launcher import launcher_service
 
 wandb = pytest.importorskip("wandb", reason="install the test extra: make test")
 
@@ -27,14 +29,13 @@ WORKER = Path(__file__).with_name("wandb_attempt.py")
 
 
 @pytest.fixture
-def launcher(tmp_path: Path) -> dict[str, str]:
-    """The environment a launcher holding a W&B service gives its attempts. (This test
-    process keeps the service, as it would after any in-process W&B test.)"""
-    wandb.setup()  # this process now holds a service; WANDB_SERVICE names it
+def launcher(tmp_path: Path) -> Iterator[dict[str, str]]:
+    """The environment a launcher holding a W&B service gives its attempts."""
     env = dict(job_env(tmp_path), WANDB_MODE="offline", WANDB_SILENT="true")
     env["WANDB_DIR"] = str(tmp_path / "wandb-home")
-    assert env.get("WANDB_SERVICE"), "wandb.setup() sets WANDB_SERVICE"
-    return env
+    env.pop("WANDB_SERVICE", None)
+    with launcher_service(env) as token:
+        yield dict(env, WANDB_SERVICE=token)
 
 
 def attempt(
@@ -79,4 +80,4 @@ def test_each_attempt_after_a_kill_gets_its_own_service_and_resumes_the_id(
     )
     folders = sorted((tmp_path / "logs" / "wandb").glob("offline-run-*"))
     assert len(folders) == 2 and all(p.name.endswith(derived) for p in folders)
-    assert os.environ.get("WANDB_SERVICE"), "the launcher's own environment is left alone"
+    assert launcher["WANDB_SERVICE"] != os.environ.get("WANDB_SERVICE")
