@@ -38,6 +38,7 @@ BENCHMARKS = (
     "idle_watch",
     "inbox_flood",
     "scale",
+    "fs_ops",
 )
 # Benchmarks that take --device (the others measure the CPU side only).
 ON_DEVICE = ("async_save",)

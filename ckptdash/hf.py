@@ -29,7 +29,7 @@ from transformers import TrainerCallback
 
 from ckptdash.events import Trigger
 from ckptdash.rundir import RunDir
-from ckptdash.train import hf_loggers, submitit_job
+from ckptdash.train import hf_loggers, loggers, submitit_job
 from ckptdash.train.config import TrainConfig
 from ckptdash.train.monitor import Monitor
 
@@ -59,6 +59,7 @@ class CkptDashCallback(TrainerCallback):
         self._known: set[Path] = set()
         self._output_dir: Path | None = None
         self._preempted = False
+        self._drops: list[loggers.DropUntil] = []
         if self.config.continue_loggers:  # before the Trainer builds its reporting callbacks
             hf_loggers.name_runs(RunDir(self.config.run_dir))
 
@@ -95,10 +96,13 @@ class CkptDashCallback(TrainerCallback):
                     path, "given to train(resume_from_checkpoint=...)", step=step
                 )
         if self.config.continue_loggers and state.is_world_process_zero:
-            hf_loggers.record_runs(monitor, args)  # the reporting callbacks began before us
+            # The reporting callbacks began before us.
+            self._drops = hf_loggers.record_runs(monitor, args, state.global_step)
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         monitor, self.monitor = self.monitor, None
+        for drop in self._drops:
+            drop.restore()
         if monitor is None:
             return
         monitor.session.step = state.global_step
@@ -130,6 +134,8 @@ class CkptDashCallback(TrainerCallback):
                 raise
         """
         monitor, self.monitor = self.monitor, None
+        for drop in self._drops:
+            drop.restore()
         if monitor is not None:
             monitor.close(error)
 

@@ -1,10 +1,12 @@
-"""Refresh the README's pictures: ``assets/dashboard.png`` and ``assets/widget.png``.
+"""Refresh the README's pictures: ``assets/dashboard.png``, ``dashboard-dark.png``, ``widget.png``.
 
     .venv/bin/python scripts/screenshot.py [--only dashboard|widget] [--width 1400]
 
 ``dashboard.png``: a real ``ckptdash demo`` run (a shorter one: two preemptions, a
 kill without warning, the last attempt training) served by ``start_server`` and
 photographed by the system chromium while its last attempt trains.
+``dashboard-dark.png``: the same page at the same moment in a browser that prefers dark
+(the page follows the system: ``?theme=dark``).
 
 ``widget.png``: the shipped ``notebooks/quickstart.ipynb`` in a real JupyterLab
 (its own server, kernel and settings in a temporary folder; default settings),
@@ -54,8 +56,8 @@ def shrink(png: bytes) -> bytes:
     return out.getvalue() if out.tell() < len(png) else png
 
 
-def dashboard_png(browser: Any, width: int) -> bytes:
-    """The served dashboard on a demo run whose last attempt (3) is training."""
+def dashboard_pngs(browser: Any, width: int) -> dict[str, bytes]:
+    """The served dashboard, light and dark, on a demo run whose last attempt (3) trains."""
     with tempfile.TemporaryDirectory(prefix="ckptdash-screenshot-") as tmp:
         os.chdir(tmp)  # paths then read runs/…, as on a login node, not /tmp/…
         run = Path("runs") / "demo"
@@ -72,16 +74,27 @@ def dashboard_png(browser: Any, width: int) -> bytes:
             page.goto(server.url)
             page.get_by_text("attempt 3 is training").wait_for(timeout=300_000)
             _wait(8.0)  # some steps into the last attempt: its band and progress line show
-            page.locator(".tabulator-row").first.wait_for(timeout=30_000)
-            page.locator("canvas").first.wait_for(timeout=30_000)
-            # The whole page, but only as wide as the window (a wide plot may overflow it).
-            height = page.evaluate("() => document.documentElement.scrollHeight")
-            clip = {"x": 0, "y": 0, "width": width, "height": height}
-            png = shrink(page.screenshot(full_page=True, clip=clip))
+            pngs = {"dashboard": _whole_page(page, width)}
             page.close()
+            dark = browser.new_page(viewport={"width": width, "height": 900}, color_scheme="dark")
+            dark.goto(server.url)
+            dark.wait_for_url("**theme=dark**", timeout=30_000)  # it follows the system
+            dark.get_by_text("attempt 3 is training").wait_for(timeout=60_000)
+            pngs["dashboard-dark"] = _whole_page(dark, width)
+            dark.close()
             demo.join(timeout=300)
         os.chdir(ROOT)
-    return png
+    return pngs
+
+
+def _whole_page(page: Any, width: int) -> bytes:
+    """The whole page once its table and plots are drawn, only as wide as the window."""
+    page.locator(".tabulator-row").first.wait_for(timeout=30_000)
+    page.locator("canvas").first.wait_for(timeout=30_000)
+    _wait(2.0)  # the plots' first paint
+    height = page.evaluate("() => document.documentElement.scrollHeight")
+    clip = {"x": 0, "y": 0, "width": width, "height": height}
+    return shrink(page.screenshot(full_page=True, clip=clip))
 
 
 def widget_png(browser: Any, width: int) -> bytes:
@@ -176,11 +189,15 @@ def main(argv: list[str] | None = None) -> int:
     with sync_playwright() as p:
         browser = launch_chromium(p)
         try:
-            for name in wanted:
-                png = (dashboard_png if name == "dashboard" else widget_png)(browser, args.width)
-                out = ROOT / "assets" / f"{name}.png"
-                out.write_bytes(png)
-                print(f"wrote {out} ({len(png) / 1024:.0f} KB)", flush=True)
+            for wanted_name in wanted:
+                if wanted_name == "dashboard":
+                    pngs = dashboard_pngs(browser, args.width)
+                else:
+                    pngs = {"widget": widget_png(browser, args.width)}
+                for name, png in pngs.items():
+                    out = ROOT / "assets" / f"{name}.png"
+                    out.write_bytes(png)
+                    print(f"wrote {out} ({len(png) / 1024:.0f} KB)", flush=True)
         finally:
             browser.close()
     return 0

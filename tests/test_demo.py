@@ -5,10 +5,15 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
+
+import pytest
 
 from ckptdash.state.reading import load_state
 
@@ -196,3 +201,77 @@ def test_a_taken_port_is_one_line_naming_the_options_before_any_training(
     assert "--no-serve" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert not (run / "events").exists()
+
+
+REPO = Path(__file__).parents[1]
+# Long enough never to finish during the test; no server, preemption or kill to wait for.
+_ENDLESS = ("--steps", "100000", "--no-serve", "--max-preemptions", "0", "--kills", "0")
+
+
+def _ctrl_c_while_training(argv: list[str], run: Path, log: Path) -> subprocess.Popen[bytes]:
+    """Start ``argv`` in a process group of its own (a terminal's foreground job), wait until
+    the demo's attempt 0 trains (its progress line shows a step), then press Ctrl-C: SIGINT
+    to the whole group, as a terminal sends it. Returns the ended process."""
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            argv, stdout=out, stderr=subprocess.STDOUT, env=ENV, start_new_session=True
+        )
+    try:
+        deadline = time.monotonic() + 120
+        while not re.search(r"step [1-9]\d*/", log.read_text()):
+            assert proc.poll() is None, f"the demo ended before Ctrl-C:\n{log.read_text()}"
+            assert time.monotonic() < deadline, f"no training step in 120 s:\n{log.read_text()}"
+            time.sleep(0.2)  # nothing to wait on but the log file
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(timeout=90)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    attempt = load_state(run).attempts[0]
+    assert attempt.outcome != "running", "the attempt did not record its end"
+    if attempt.pid is not None:  # its own session: Ctrl-C reached it through the demo only
+        assert not Path(f"/proc/{attempt.pid}").exists() or "Z" in _state(attempt.pid)
+    return proc
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "Z"
+
+
+def test_ctrl_c_ends_the_demo_with_a_goodbye_and_status_0(tmp_path: Path) -> None:
+    """Ctrl-C is how the README says to stop the demo: pressed while an attempt trains, it
+    stops the attempt (which records its end), says goodbye in one line naming the run, and
+    exits 0, with no traceback."""
+    run, log = tmp_path / "demo", tmp_path / "demo.log"
+    argv = [sys.executable, "-m", "ckptdash", "demo", "--run-dir", str(run), *_ENDLESS]
+    proc = _ctrl_c_while_training(argv, run, log)
+    output = log.read_text()
+    assert proc.returncode == 0, output
+    assert "Traceback" not in output
+    last = output.strip().splitlines()[-1]
+    assert last == (
+        f"ckptdash demo: stopped by Ctrl-C, goodbye. See the run with: ckptdash status {run}"
+    ), output
+
+
+@pytest.mark.skipif(
+    shutil.which("make") is None and os.environ.get("CI") != "true",
+    reason="no make; install it (apt-get install make) to run `make demo` here",
+)
+def test_make_demo_then_ctrl_c_prints_no_error(tmp_path: Path) -> None:
+    """`make demo` stopped with Ctrl-C, as the README says: make reports no error (it printed
+    "Error 130" when the demo exited 130), and the demo's goodbye is the last line."""
+    run, log = tmp_path / "demo", tmp_path / "make.log"
+    venv = Path(sys.prefix)  # the venv running the tests, already set up: -o skips `setup`
+    argv = ["make", "-C", str(REPO), "--no-print-directory", f"VENV={venv}"]
+    argv += ["-o", f"{venv}/.ckptdash-installed", "demo"]
+    argv.append("ARGS=" + " ".join(["--run-dir", str(run), *_ENDLESS]))
+    proc = _ctrl_c_while_training(argv, run, log)
+    output = log.read_text()
+    assert "Error" not in output and "Traceback" not in output, output
+    assert proc.returncode == -signal.SIGINT, output  # make itself ends on the Ctrl-C, silently
+    assert output.strip().splitlines()[-1].startswith("ckptdash demo: stopped by Ctrl-C"), output

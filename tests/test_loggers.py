@@ -3,9 +3,13 @@ replace, reading back the recorded logger runs, and how ``ckptdash status`` name
 
 from __future__ import annotations
 
+import os
 import time
+import types
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from ckptdash.cli.status import render_status
 from ckptdash.events import LoggerAttached, RunStarted, encode
@@ -54,6 +58,27 @@ def test_drop_until_skips_the_logged_steps_then_takes_itself_off() -> None:
     assert "log_metrics" not in logger.__dict__
 
 
+def test_drop_until_on_a_module_function_puts_the_function_back() -> None:
+    """A framework that calls a module's function (the HF Trainer's ``wandb.log``,
+    ``mlflow.log_metrics``) is dropped for the same steps, read by ``step_of``; a call without
+    a step goes through; past the last dropped step the module holds its own function again."""
+    module = types.ModuleType("fake_wandb")
+    logged: list[dict[str, Any]] = []
+
+    def log(data: dict[str, Any], step: int | None = None) -> None:
+        logged.append(data)
+
+    module.log = log  # type: ignore[attr-defined]
+    drop = loggers.DropUntil(module, 7, "log", lambda a, kw: a[0].get("train/global_step"))
+    module.log({"train/global_step": 6})
+    module.log({"train/global_step": 7})
+    module.log({"summary": 1})  # no step: goes through, the wrapper stays
+    module.log({"train/global_step": 7})
+    module.log({"train/global_step": 8})
+    assert logged == [{"summary": 1}, {"train/global_step": 8}] and drop.dropped == 3
+    assert module.log is log
+
+
 def test_recorded_loggers_reads_the_newest_of_each_name_leniently(run_dir: RunDir) -> None:
     """The newest record of each logger wins; a record of another run, a corrupt line and a
     torn last line are skipped, never raised."""
@@ -85,3 +110,29 @@ def test_status_names_each_logger_run(run_dir: RunDir) -> None:
         in text
     )
     assert "logger  mlflow 9f (named by the user), attempt 1 from step 30" in text
+
+
+def test_own_wandb_service_leaves_another_processs_service_after_the_first_attempt(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """After the first attempt, a ``WANDB_SERVICE`` of another process is taken out of the
+    environment (W&B then starts the attempt's own service) with one line on stderr; this
+    process's own service, a first attempt, or a connection already made is left alone (the
+    last with a line saying what to do)."""
+    other = "3-1-unix-/tmp/wandb-1-2-3/socket"
+    monkeypatch.setattr(loggers, "_wandb_connected", lambda: False)
+    monkeypatch.setenv("WANDB_SERVICE", other)
+    assert loggers.own_wandb_service(again=False) is None
+    assert os.environ["WANDB_SERVICE"] == other
+    monkeypatch.setenv("WANDB_SERVICE", f"3-{os.getpid()}-unix-/tmp/wandb-x/socket")
+    assert loggers.own_wandb_service(again=True) is None and os.environ["WANDB_SERVICE"]
+    monkeypatch.setenv("WANDB_SERVICE", other)
+    monkeypatch.setattr(loggers, "_wandb_connected", lambda: True)
+    connected = loggers.own_wandb_service(again=True)
+    assert connected is not None and "already connected" in connected
+    assert os.environ["WANDB_SERVICE"] == other
+    monkeypatch.setattr(loggers, "_wandb_connected", lambda: False)
+    line = loggers.own_wandb_service(again=True)
+    assert line is not None and "started by process 1" in line
+    assert "WANDB_SERVICE" not in os.environ
+    assert capsys.readouterr().err.splitlines() == [connected, line]

@@ -13,7 +13,9 @@ saves, preemptions, signal saves, requeues, a lost stretch of work and resumes
 While it runs, the live dashboard is served on ``127.0.0.1`` (``--port``, 5006
 by default; ``--no-serve`` to skip) and it stays up after the training ends
 until Ctrl-C (``--exit-when-done`` ends with the training, for scripts and CI).
-Ctrl-C ends everything: the training attempt, the server, the demo.
+Ctrl-C ends everything: the training attempt, the server, the demo. It is the way the README
+says to stop, so the demo then says goodbye and exits 0 (``make demo`` prints no "Error 130");
+a second Ctrl-C while it stops is ignored, so that no attempt is left running.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -52,7 +56,8 @@ def run_demo(
     port: int | None = None,
     exit_when_done: bool = True,
 ) -> int:
-    """Run attempts until the training finishes; returns the exit status (130 on Ctrl-C).
+    """Run attempts until the training finishes; returns the exit status (0 after Ctrl-C,
+    the documented way to stop it; 1 when an attempt failed).
 
     With ``port`` (0 picks a free one) the dashboard is served on 127.0.0.1 from
     before the first attempt; unless ``exit_when_done``, it keeps serving after the
@@ -77,9 +82,18 @@ def run_demo(
             while not forever.wait(3600):
                 pass
         return status
-    except KeyboardInterrupt:
-        print("\nckptdash demo: interrupted", flush=True)
-        return 130
+    except KeyboardInterrupt as stop:
+        by = "SIGTERM" if isinstance(stop, _Terminated) else "Ctrl-C"
+        with _interrupts_ignored(main):  # the attempt has stopped; let the server stop too
+            if server is not None:
+                server.stop()
+                server = None
+        print(
+            f"\nckptdash demo: stopped by {by}, goodbye. See the run with:"
+            f" ckptdash status {run_dir}",
+            flush=True,
+        )
+        return 0
     finally:
         if server is not None:
             server.stop()
@@ -118,8 +132,12 @@ def _holds_a_run(folder: Path) -> bool:
     return events.is_dir() and any(events.iterdir())
 
 
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM (``kill``): stops the demo as Ctrl-C does."""
+
+
 def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
+    raise _Terminated
 
 
 def _check_port_free(port: int) -> None:
@@ -232,15 +250,31 @@ def _train(
 
 
 def _end(proc: subprocess.Popen[bytes]) -> None:
-    """Leave no attempt behind: SIGTERM (the job saves and stops), then SIGKILL after 60 s."""
+    """Leave no attempt behind: SIGTERM (the job saves and stops), then SIGKILL after 60 s.
+    Ctrl-C pressed again meanwhile cannot cut this short."""
     if proc.poll() is not None:
         return
-    proc.send_signal(signal.SIGTERM)
+    with _interrupts_ignored(threading.current_thread() is threading.main_thread()):
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@contextmanager
+def _interrupts_ignored(main: bool) -> Iterator[None]:
+    """Ignore Ctrl-C and SIGTERM while the block runs (signal handlers: main thread only)."""
+    if not main:
+        yield
+        return
+    old = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        proc.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+        yield
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
 
 
 def _progress(run_dir: Path, final: bool = False) -> int | None:

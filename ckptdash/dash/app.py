@@ -30,7 +30,7 @@ from ckptdash.dash.feed.hub import FollowerHub, shared_hub
 from ckptdash.dash.feed.mounts import WATCH_MODES, WatchMode
 from ckptdash.dash.feed.snapshot import FolderSnapshot
 from ckptdash.dash.model import DEFAULT_STALE_AFTER_S, DashModel
-from ckptdash.dash.notebook import embed
+from ckptdash.dash.notebook import embed, pages
 from ckptdash.dash.notebook.kernelcomms import open_off_main_thread
 from ckptdash.dash.notebook.subshell import SubshellRoute, current_kernel
 from ckptdash.dash.views import CommandsView, GoodputView, RunList, StatusHeader
@@ -116,7 +116,6 @@ class Dashboard(pn.viewable.Viewer):  # type: ignore[misc]
         )
         self.header = StatusHeader(self.model)
         self.alerts = HealthBanner(self.model)
-        self.ranks = RanksView(self.model)
         self.runs = RunList(self.model)
         self.controls = Controls(self.model, self.actions)
         doc = pn.state.curdoc
@@ -136,6 +135,7 @@ class Dashboard(pn.viewable.Viewer):  # type: ignore[misc]
         # Views update in the order they were made: the table's small message before the plot's
         # (a plot redraw costs the browser ~50 ms; a new checkpoint should not wait for it).
         self.table = CheckpointTable(self.model, self.controls)
+        self.ranks = RanksView(self.model)  # after the table: a new row first, then the ranks
         self.timeline = Timeline(self.model)
         self.commands = CommandsView(self.model)
         self.feed = EventsFeed(self.model)
@@ -222,6 +222,7 @@ class Dashboard(pn.viewable.Viewer):  # type: ignore[misc]
         # A notebook renders here while the follower's thread may be applying a snapshot.
         # The document is inlined in a <script>: event text must not be able to end it.
         embed.install()
+        pages.load_javascript()  # a reloaded browser tab is a new page, without Panel's JS
         with self._delivery.render_lock:
             bundle = embed.check_bundle(super()._repr_mimebundle_(include, exclude))
             kernel = current_kernel()
@@ -259,9 +260,6 @@ def _author() -> str:
     return f"{user} (dashboard)" if user else default_author()
 
 
-_notebook_ready = False
-
-
 def dashboard(path: str | os.PathLike[str] | None = None, **options: Any) -> Dashboard:
     """The dashboard as a notebook widget; it keeps updating while another cell trains.
 
@@ -272,10 +270,7 @@ def dashboard(path: str | os.PathLike[str] | None = None, **options: Any) -> Das
     >>> import ckptdash                                   # doctest: +SKIP
     >>> ckptdash.dashboard("runs/exp1")                   # last line of a cell: shows it
     """
-    global _notebook_ready
-    if not _notebook_ready and _in_kernel():
-        pn.extension("tabulator", inline=True)
-        _notebook_ready = True
+    pages.load_javascript()  # once per browser page: after a reload, again
     # A change sent before the front end has opened the widget's comm is lost, and an idle
     # run sends no other: wait for the first read so that the first render shows the run.
     return Dashboard(path, options=DashOptions(**options), first_read_s=FIRST_READ_WAIT_S)

@@ -83,6 +83,10 @@ class TrainerLoggers:
                 given = _id_of(kind, logger)
                 if given is not None and previous.id and given != previous.id:
                     print(loggers.clash_line(name, given, previous.id), file=sys.stderr)
+        if self.rank == 0 and any(s.kind == "wandb" and not s.named for s in self.slots):
+            # Before Lightning's wandb.init: not in a service that holds the id open for an
+            # earlier attempt that was killed (this attempt's session has not begun yet).
+            loggers.own_wandb_service(again=bool(self.run.event_files()))
 
     # --- once the checkpoint is restored -------------------------------------------------
 

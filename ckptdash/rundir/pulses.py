@@ -42,13 +42,22 @@ progress series, a reader of the log alone); the record holds the one of every s
 TORN: Final = "torn: not one whole record (a rewrite in progress, or not a pulse record)"
 """What :func:`decode` says of bytes that are not one whole record; read them again later."""
 _CRC: Final = b',"crc":"'
-NAME_RE: Final = re.compile(r"^A(\d{4,9})\.R(\d{4,9})\.json$")
+NAME_RE: Final = re.compile(r"^A(\d{4,9})\.([RN])(\d{4,9})\.json$")
+"""``A….R{rank}.json``: one rank's record; ``A….N{rank}.json``: a node's file, the records of
+every rank of the node, one after another, written by its local rank 0 (``{rank}``)."""
+NODE_RECORDS_MAX: Final = 1024
+"""A node file holds at most this many records (a reader reads no more)."""
 _HOST_MAX: Final = 200
 
 
 def record_name(attempt: int, rank: int) -> str:
     """The record file's name of one rank of one attempt."""
     return f"A{attempt:04d}.R{rank:04d}.json"
+
+
+def node_file_name(attempt: int, collector_rank: int) -> str:
+    """The name of a node's file of records, written by its local rank 0."""
+    return f"A{attempt:04d}.N{collector_rank:04d}.json"
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,32 +152,64 @@ def _time(obj: dict[str, Any], key: str) -> float:
     return float(value)
 
 
-class PulseRecordWriter:
-    """Rewrites one rank's record in place; one per (attempt, rank) writer."""
+class RecordMaker:
+    """The next record of one rank, each with the next ``seq``."""
 
-    def __init__(self, root: str | os.PathLike[str], *, run: str, attempt: int, rank: int,
-                 host: str) -> None:  # fmt: skip
-        folder = Path(root) / PULSES_DIR
-        with contextlib.suppress(FileExistsError):
-            folder.mkdir()
-        self.path = folder / record_name(attempt, rank)
+    def __init__(self, *, run: str, attempt: int, rank: int, host: str) -> None:
+        self._last = PulseRecord(run, attempt, rank, host, os.getpid(), 0.0, None, 0.0, 0)
+
+    def next(self, *, t: float, step: int | None, since: float) -> bytes:
+        """The record saying: alive at ``t``, at ``step`` since ``since``."""
+        b = self._last
+        self._last = PulseRecord(b.run, b.attempt, b.rank, b.host, b.pid, t, step, since, b.seq + 1)
+        return encode(self._last)
+
+
+class RecordFile:
+    """A file rewritten in place with one ``pwrite`` at offset 0 (never through a link)."""
+
+    def __init__(self, path: str | os.PathLike[str], mode: int = 0o644) -> None:
+        self.path = Path(path)
         flags = os.O_WRONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC
-        self._fd: int | None = os.open(self.path, flags, 0o644)
-        self._base = PulseRecord(run, attempt, rank, host, os.getpid(), 0.0, None, 0.0, 0)
+        self._fd: int | None = os.open(self.path, flags, mode)
+        self._size = 0
 
-    def write(self, *, t: float, step: int | None, since: float) -> None:
-        """Rewrite the record: alive at ``t``, at ``step`` since ``since``."""
+    def write(self, data: bytes) -> None:
+        """Rewrite the file with ``data`` (cut back where it held more before)."""
         if self._fd is None:
             raise ValueError(f"{self.path}: the pulse record writer is closed")
-        b = self._base
-        self._base = rec = PulseRecord(
-            b.run, b.attempt, b.rank, b.host, b.pid, t, step, since, b.seq + 1
-        )
-        data = encode(rec)
         if os.pwrite(self._fd, data, 0) != len(data):
             raise OSError(f"{self.path}: a short write of the pulse record")
+        if len(data) < self._size:
+            os.ftruncate(self._fd, len(data))
+        self._size = len(data)
 
     def close(self) -> None:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+def pulses_folder(root: str | os.PathLike[str]) -> Path:
+    """``RUN/pulses``, created if missing."""
+    folder = Path(root) / PULSES_DIR
+    with contextlib.suppress(FileExistsError):
+        folder.mkdir()
+    return folder
+
+
+class PulseRecordWriter:
+    """Rewrites one rank's own record in ``pulses/`` in place."""
+
+    def __init__(self, root: str | os.PathLike[str], *, run: str, attempt: int, rank: int,
+                 host: str) -> None:  # fmt: skip
+        self._file = RecordFile(pulses_folder(root) / record_name(attempt, rank))
+        self.path = self._file.path
+        self._maker = RecordMaker(run=run, attempt=attempt, rank=rank, host=host)
+
+    def write(self, *, t: float, step: int | None, since: float) -> None:
+        """Rewrite the record: alive at ``t``, at ``step`` since ``since``."""
+        self._file.write(self._maker.next(t=t, step=step, since=since))
+
+    def close(self) -> None:
+        self._file.close()

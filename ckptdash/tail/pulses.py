@@ -17,7 +17,14 @@ from __future__ import annotations
 import os
 
 from ckptdash.events import BadLine, Pulse
-from ckptdash.rundir.pulses import NAME_RE, PULSES_DIR, RECORD_BYTES, TORN, decode
+from ckptdash.rundir.pulses import (
+    NAME_RE,
+    NODE_RECORDS_MAX,
+    PULSES_DIR,
+    RECORD_BYTES,
+    TORN,
+    decode,
+)
 from ckptdash.rundir.safe_read import read_capped
 
 _Key = tuple[int, int, int]
@@ -29,7 +36,7 @@ class PulseRecords:
     def __init__(self, root: str) -> None:
         self.folder = os.path.join(root, PULSES_DIR)
         self._seen: dict[str, _Key] = {}
-        self._seq: dict[str, int] = {}
+        self._seq: dict[tuple[str, int], int] = {}  # (file, rank) -> the seq last applied
         self._told: dict[str, str] = {}  # name -> the reason last reported for it
         self._torn: dict[str, _Key] = {}  # name -> the file as it was when read torn
 
@@ -52,7 +59,8 @@ class PulseRecords:
             key = (st.st_ino, st.st_size, st.st_mtime_ns)
             if self._seen.get(entry.name) == key:
                 continue
-            problem, pulse_pair = self._read(entry.name, int(m[1]), int(m[2]), run_id)
+            node = m[2] == "N"
+            problem, pulse_pair = self._read(entry.name, int(m[1]), int(m[3]), node, run_id)
             if problem == TORN and self._torn.get(entry.name) != key:
                 self._torn[entry.name] = key  # a rewrite in progress: read it again next poll
                 continue
@@ -67,23 +75,41 @@ class PulseRecords:
             pulses.extend(pulse_pair)
         return pulses, bad
 
-    def _read(self, name: str, attempt: int, rank: int, run_id: str) -> tuple[str, list[Pulse]]:
+    def _read(
+        self, name: str, attempt: int, rank: int, node: bool, run_id: str
+    ) -> tuple[str, list[Pulse]]:
+        """The pulses of one file (a rank's record, or a node's records one after another):
+        ``""`` and the pulses, or why it does not count (:data:`TORN`: read it again)."""
         path = os.path.join(self.folder, name)
         try:
-            data = read_capped(path, 2 * RECORD_BYTES)
+            data = read_capped(path, (NODE_RECORDS_MAX if node else 2) * RECORD_BYTES)
         except OSError as exc:
             return f"not read: {exc.strerror or exc}", []
-        rec = decode(data)
-        if isinstance(rec, str):
-            return rec, []
-        if rec.attempt != attempt or rec.rank != rank:
-            return f"says attempt {rec.attempt} rank {rec.rank}, its name another", []
-        if run_id and rec.run != run_id:
-            return f"is of run {rec.run!r}, not of this run ({run_id!r})", []
-        if self._seq.get(name) == rec.seq:
-            return "", []
-        self._seq[name] = rec.seq
-        return "", [
-            Pulse(t=t, run=rec.run, attempt=attempt, rank=rank, host=rec.host, step=rec.step)
-            for t in (rec.since, rec.t)
-        ]
+        chunks = [data[i : i + RECORD_BYTES] for i in range(0, len(data), RECORD_BYTES)]
+        if not node and len(chunks) > 1:
+            chunks = [data]  # one record: the bytes past it make it torn, not a second record
+        out: list[Pulse] = []
+        torn = False
+        for chunk in chunks or [b""]:
+            rec = decode(chunk)
+            if rec == TORN:
+                torn = True
+                continue
+            if isinstance(rec, str):
+                return rec, []
+            if rec.attempt != attempt or (not node and rec.rank != rank):
+                return f"says attempt {rec.attempt} rank {rec.rank}, its name another", []
+            if run_id and rec.run != run_id:
+                return f"is of run {rec.run!r}, not of this run ({run_id!r})", []
+            if self._seq.get((name, rec.rank)) == rec.seq:
+                continue
+            self._seq[(name, rec.rank)] = rec.seq
+            out += [
+                Pulse(
+                    t=t, run=rec.run, attempt=attempt, rank=rec.rank, host=rec.host, step=rec.step
+                )
+                for t in (rec.since, rec.t)
+            ]
+        if torn and not out:
+            return TORN, []
+        return "", out

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,8 @@ def name_runs(run: RunDir) -> None:
     _set(_TENSORBOARD_DIR, str(Path(run.root).absolute() / "tensorboard" / derived))
     _set("WANDB_RUN_ID", derived)
     _set("WANDB_RESUME", "allow")
+    if os.environ.get("WANDB_RUN_ID") == derived:  # ckptdash's id: see own_wandb_service
+        loggers.own_wandb_service(again=bool(run.event_files()))
     mlflow = loggers.recorded_loggers(run).get("mlflow")
     _set("MLFLOW_RUN_ID", mlflow.id if mlflow is not None and mlflow.id else None)
 
@@ -72,11 +75,16 @@ def purge_tensorboard(run: RunDir, args: Any) -> None:
     SummaryWriter(log_dir=folder, purge_step=loggers.purge_step(step)).close()
 
 
-def record_runs(monitor: Monitor, args: Any) -> None:
-    """Record the TensorBoard folder, W&B run and MLflow run this attempt reports to."""
+def record_runs(monitor: Monitor, args: Any, resume_step: int) -> list[loggers.DropUntil]:
+    """Record the TensorBoard folder, W&B run and MLflow run this attempt reports to; for W&B
+    and MLflow, which only append, drop the steps an earlier attempt logged past the resume
+    point (:func:`drop_logged`). Returns the droppers (``restore`` them when training ends)."""
     report_to = getattr(args, "report_to", None) or []
     runs = monitor.loggers
     again = monitor.attempt > 0
+    through = _logged_through(monitor, resume_step)
+    dropped = loggers.DROPPED if through is not None else ""
+    drops: list[loggers.DropUntil] = []
     folder = os.environ.get(_TENSORBOARD_DIR)
     if "tensorboard" in report_to and folder:
         named = not Path(folder).name.startswith(loggers.ID_PREFIX)
@@ -86,13 +94,39 @@ def record_runs(monitor: Monitor, args: Any) -> None:
     run = getattr(wandb, "run", None) if wandb is not None else None
     if "wandb" in report_to and run is not None:
         run_id = str(run.id)
-        runs.attach(
-            "wandb", run_id, str(getattr(run, "url", "") or ""), named=run_id != runs.run_id
-        )
+        location = str(getattr(run, "url", "") or "") or _wandb_folder(run)
+        runs.attach("wandb", run_id, location, redone=dropped, named=run_id != runs.run_id)
+        if through is not None:  # the WandbCallback logs through the module's wandb.log
+            drops.append(loggers.DropUntil(wandb, through, "log", _wandb_step))
     mlflow = sys.modules.get("mlflow")
     active = mlflow.active_run() if mlflow is not None else None
     if "mlflow" in report_to and mlflow is not None and active is not None:
         recorded = runs.recorded("mlflow")
         if recorded is not None and recorded != active.info.run_id:
             print(loggers.clash_line("mlflow", active.info.run_id, recorded), file=sys.stderr)
-        runs.attach("mlflow", active.info.run_id, str(mlflow.get_tracking_uri()))
+        uri = str(mlflow.get_tracking_uri())
+        runs.attach("mlflow", active.info.run_id, uri, redone=dropped)
+        if through is not None:  # the MLflowCallback calls mlflow.log_metrics(..., step=)
+            drops.append(loggers.DropUntil(mlflow, through, "log_metrics"))
+    return drops
+
+
+def _logged_through(monitor: Monitor, resume_step: int) -> int | None:
+    """The last step an earlier attempt logged past ``resume_step``, or None. The Trainer
+    logs step N after ckptdash saw it at ``on_step_end``: one seen at N logged through N - 1
+    (after a SIGKILL, up to a pulse interval of steps more may have gone unseen)."""
+    earlier = monitor.session.earlier_step
+    if monitor.attempt == 0 or earlier is None or earlier - 1 <= resume_step:
+        return None
+    return earlier - 1
+
+
+def _wandb_step(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
+    """The Trainer's step in ``wandb.log({..., "train/global_step": N})``."""
+    data = args[0] if args else kwargs.get("data")
+    return data.get("train/global_step") if isinstance(data, dict) else None
+
+
+def _wandb_folder(run: Any) -> str:
+    folder = getattr(run, "dir", None)
+    return os.path.dirname(os.path.abspath(folder)) if folder else ""

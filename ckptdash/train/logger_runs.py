@@ -79,7 +79,11 @@ class LoggerRuns:
         return {"log_dir": log_dir, "purge_step": self.purge_step}
 
     def wandb_init_kwargs(self) -> dict[str, Any]:
-        """``wandb.init(**kwargs)``: the same W&B run id in every attempt, resumed."""
+        """``wandb.init(**kwargs)``: the same W&B run id in every attempt, resumed (and, after
+        the first attempt, not in a W&B service another process started: see
+        :func:`ckptdash.train.loggers.own_wandb_service`)."""
+        if self._session.rank == 0:
+            loggers.own_wandb_service(again=self._session.attempt > 0)
         self.attach("wandb", self.run_id, redone=loggers.DROPPED if self.logged_through else "")
         return {"id": self.run_id, "resume": "allow"}
 

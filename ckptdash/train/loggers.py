@@ -21,6 +21,7 @@ from __future__ import annotations
 import csv
 import io
 import os
+import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final
@@ -87,7 +88,63 @@ def clash_line(logger: str, given: str, recorded: str) -> str:
     )
 
 
+# --- W&B's service ------------------------------------------------------------------------------
+
+WANDB_SERVICE: Final = "WANDB_SERVICE"
+
+
+def own_wandb_service(again: bool) -> str | None:
+    """Before ``wandb.init`` resumes the run id ckptdash chose, in an attempt after the first:
+    when ``WANDB_SERVICE`` names a W&B service another process started (a launcher that
+    restarts its workers, a parent that called ``wandb.setup()``), take it out of this
+    process's environment, so that W&B starts this attempt's own service. ``again``: the run
+    had an earlier attempt.
+
+    A W&B service keeps a run open until the process that began it calls ``finish``: an
+    attempt killed on the way (SIGKILL, OOM) leaves it open for as long as the service
+    lives, and the next attempt's ``wandb.init`` of the same id in that service is refused
+    (``run ID ckptdash-... is in use``). Returns the line told on stderr, or None (nothing
+    to do: no such variable, this process's own service, a first attempt)."""
+    token = os.environ.get(WANDB_SERVICE)
+    if not token or not again:  # no earlier attempt: nothing of this run can be open
+        return None
+    fields = token.split("-")
+    owner = fields[1] if len(fields) > 2 else ""
+    if not owner.isdigit() or int(owner) == os.getpid():
+        return None
+    if _wandb_connected():
+        line = (
+            f"ckptdash: W&B is already connected to the service {WANDB_SERVICE} names (started"
+            f" by process {owner}); if an earlier attempt of this run was killed while logging"
+            " to it, wandb.init refuses its run id ('is in use'): call wandb.setup() only"
+            " after ckptdash has named the run, or unset WANDB_SERVICE"
+        )
+    else:
+        del os.environ[WANDB_SERVICE]
+        line = (
+            f"ckptdash: W&B: this attempt starts its own wandb service instead of the one"
+            f" {WANDB_SERVICE} names (started by process {owner}), which may still hold"
+            " this run open for an earlier attempt that was killed ('run ID ... is in use')"
+        )
+    print(line, file=sys.stderr)
+    return line
+
+
+def _wandb_connected() -> bool:
+    setup = sys.modules.get("wandb.sdk.wandb_setup")
+    singleton = getattr(setup, "_singleton", None)
+    return (
+        getattr(singleton, "_connection", None) is not None
+        and getattr(singleton, "_pid", None) == os.getpid()
+    )
+
+
 # --- dropping what a logger cannot replace -----------------------------------------------------
+
+
+def _step_argument(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
+    """``log_metrics(metrics, step)``'s step (Lightning's loggers, ``mlflow.log_metrics``)."""
+    return kwargs["step"] if "step" in kwargs else (args[1] if len(args) > 1 else None)
 
 
 class DropUntil:
@@ -97,24 +154,41 @@ class DropUntil:
     steps an attempt redoes after its resume point twice. The earlier values stay; the
     attempt's values for those steps are not sent. Once a step beyond ``last_step`` is
     logged the wrapper takes itself off (``restore``): no cost for the rest of training.
+    ``owner`` is a logger object (the wrapper shadows its method) or a module whose function
+    the framework calls (``wandb.log``, ``mlflow.log_metrics``: put back as it was);
+    ``step_of(args, kwargs)`` reads a call's step (a call without one goes through, and the
+    wrapper stays).
     """
 
-    def __init__(self, owner: Any, last_step: int, attr: str = "log_metrics") -> None:
-        self.owner, self.last_step, self.attr = owner, last_step, attr
+    def __init__(
+        self,
+        owner: Any,
+        last_step: int,
+        attr: str = "log_metrics",
+        step_of: Callable[[tuple[Any, ...], Mapping[str, Any]], Any] = _step_argument,
+    ) -> None:
+        self.owner, self.last_step, self.attr, self.step_of = owner, last_step, attr, step_of
         self.original: Callable[..., Any] = getattr(owner, attr)
+        self._shadows = attr not in getattr(owner, "__dict__", {})
         self.dropped = 0
         setattr(owner, attr, self)
 
-    def __call__(self, metrics: Mapping[str, Any], step: int | None = None, **kw: Any) -> Any:
-        if step is not None and step <= self.last_step:
-            self.dropped += 1
-            return None
-        self.restore()
-        return self.original(metrics, step, **kw)
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        step = self.step_of(args, kwargs)
+        if isinstance(step, int):
+            if step <= self.last_step:
+                self.dropped += 1
+                return None
+            self.restore()
+        return self.original(*args, **kwargs)
 
     def restore(self) -> None:
-        if self.owner.__dict__.get(self.attr) is self:
+        if self.owner.__dict__.get(self.attr) is not self:
+            return  # restored, or replaced since (wandb resets its module functions at finish)
+        if self._shadows:
             del self.owner.__dict__[self.attr]
+        else:
+            setattr(self.owner, self.attr, self.original)
 
 
 # --- CSV ------------------------------------------------------------------------------------------

@@ -2,10 +2,11 @@
 
 The thread reads the step the main thread last reached (an attribute read) about once a
 second and rewrites this rank's pulse record with it (:mod:`ckptdash.rundir.pulses`: one
-fixed-size file, so liveness never grows the log); once a minute it also appends a ``pulse``
-event to the rank's event file, without fsync, for the history. Where the record cannot be
-written, every pulse goes to the log as before. The training step itself pays nothing: no
-per-step write, no per-step clock read.
+fixed-size record, so liveness never grows the log; one shared file per node where the
+launcher names local ranks, :mod:`ckptdash.train.node_pulses`); once a minute it also
+appends a ``pulse`` event to the rank's event file, without fsync, for the history. Where
+the record cannot be written, every pulse goes to the log as before. The training step itself
+pays nothing: no per-step write, no per-step clock read.
 
 Because the pulse comes from its own thread it keeps coming while the main thread is stuck
 (a collective that never returns, a deadlocked data loader): a rank that pulses at the same
@@ -24,8 +25,9 @@ import warnings
 from collections.abc import Callable
 
 from ckptdash.events import AlertCleared, AlertRaised, Pulse
-from ckptdash.rundir.pulses import LOG_EVERY_S, PulseRecordWriter
+from ckptdash.rundir.pulses import LOG_EVERY_S
 from ckptdash.rundir.writer import EventWriter
+from ckptdash.train.node_pulses import NodePulses, local_rank
 from ckptdash.train.ticker import Ticker
 
 
@@ -52,15 +54,9 @@ class Pulser:
         self.hung = False
         self._failed = False
         self._logged_at: float | None = None  # the clock at the last pulse in the log
-        self._record: PulseRecordWriter | None = None
+        self._record: NodePulses | None = None
         try:
-            self._record = PulseRecordWriter(
-                writer.run_dir.root,
-                run=writer.run_id,
-                attempt=writer.attempt,
-                rank=writer.rank,
-                host=writer.host,
-            )
+            self._record = NodePulses(writer, local=local_rank())
         except OSError as exc:  # an old layout's permissions: pulses go to the log instead
             warnings.warn(
                 f"ckptdash: no pulse record ({exc}); every pulse goes to the event log",

@@ -73,3 +73,26 @@ def test_dashboard_and_widget_show_the_banner_and_ranks(
         assert "node1" in ranks and "node2" in ranks and "Ranks of attempt 0" in ranks
     finally:
         d.close()
+
+
+def test_a_wide_run_shows_one_line_a_node_and_its_marked_ranks_only() -> None:
+    """1,024 ranks on 128 nodes: one line per node (its ranks' step range) and a chip only for
+    the silent rank and the straggler — a page of 128 lines, not 1,024 chips — and the clock
+    moving with nothing else changing gives the same HTML (nothing re-sent every second)."""
+    scenario = Scenario()
+    scenario.add(ev(events.RunStarted, 0, scheduler="slurm", job_id="77", world_size=1024))
+    for t in range(0, 50, 5):
+        for rank in range(1024):
+            host = f"node{rank // 8:03d}"
+            if rank == 1000 and t > 20:
+                continue  # silent since t=20
+            behind = 500 if rank == 7 else 0
+            scenario.add(pulse(t, rank, host, max(0, 10 * t - behind)))
+    snap = scenario.snapshot()
+    html = render_ranks(snap, now=T0 + 50)
+    assert html.count("<tr>") == 1 + 128 and len(html) < 40_000, len(html)
+    assert html.count('class="rank"') == 2
+    assert 'data-rank="7" data-mark="straggler"' in html
+    assert 'data-rank="1000" data-mark="silent"' in html
+    assert "8 ranks, steps 450–450" in html
+    assert render_ranks(snap, now=T0 + 51) == html

@@ -405,3 +405,52 @@ def test_header_names_the_logger_runs_of_the_run(
         assert "curves: wandb ckptdash-r1" in html and "later steps dropped" in html
     finally:
         d.close()
+
+
+def test_timeline_labels_its_bands_and_lists_only_the_kinds_it_draws(
+    scenario: Scenario, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each attempt's band is labelled with its number and outcome, on the plot; the legend
+    lists only what the plot draws (a run with no command or exception lists neither), and an
+    entry appears when its first glyph does. Before any run, the legend lists nothing."""
+    from bokeh.document import Document
+    from bokeh.models import GlyphRenderer, Text
+
+    from ckptdash.dash.views import timeline as timeline_module
+
+    monkeypatch.setattr(timeline_module.pn.io, "push_notebook", lambda *o: None)
+    model = DashModel(path="/runs/exp1")
+    timeline = timeline_module.Timeline(model)
+    Document().add_root(timeline.__panel__().get_root(Document()))
+    legend = timeline.figure.legend[0]
+
+    def listed() -> set[str]:
+        return {
+            str(getattr(item.label, "value", None) or item.label.field)
+            for item in legend.items
+            if item.visible
+        }
+
+    assert listed() <= {"label"}  # the saves' entry: one per trigger in the data, none yet
+    scenario.add(*preempted_run())
+    model.publish(scenario.folder(T0 + 620))
+    assert listed() == {"attempt", "preemption margin", "signal received", "requeue", "label"}
+    [labels] = [
+        r
+        for r in timeline.figure.renderers
+        if isinstance(r, GlyphRenderer) and isinstance(r.glyph, Text)
+    ]
+    assert labels.data_source is timeline.sources["attempts"]
+    assert labels.glyph.text == "label" or labels.glyph.text.field == "label"
+    assert timeline.sources["attempts"].data["label"] == [
+        "attempt 0 · preempted",
+        "attempt 1 · lost",
+        "attempt 2 · running",
+    ]
+
+    scenario.add(
+        ev(events.ExceptionRaised, 630, attempt=2, step=460, error_type="OOM", message="oom")
+    )
+    monkeypatch.setattr(timeline, "_last_draw", -1e9)  # the redraw gap has passed
+    model.publish(scenario.folder(T0 + 632))
+    assert "exception" in listed() and "command" not in listed()

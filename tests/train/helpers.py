@@ -96,8 +96,8 @@ def next_wall_second(since: float) -> None:
 
     W&B names an offline run's folder after the second it started and its run id: two
     attempts of one run that start within the same second (a crash and an instant restart,
-    as these tests do) would share a folder and the second is refused ("run ID is in use").
-    A requeued job never restarts that fast; the tests wait the way such a job would."""
+    as these tests do) would share one folder, and the tests count one folder per attempt.
+    (W&B's "run ID ... is in use" is another matter: a shared W&B service, docs/loggers.md.)"""
     import threading
     import time
 

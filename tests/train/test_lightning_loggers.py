@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,8 @@ import pytest
 from ckptdash.rundir import RunDir
 from tests.train.helpers import next_wall_second, state_of
 from tests.train.test_distributed import job_env
+from tests.wandb_launcher import launcher_service
+from tests.wandb_offline import logged
 
 pytest.importorskip("lightning.pytorch", reason="install the lightning extra: make test")
 event_accumulator = pytest.importorskip(
@@ -54,9 +57,7 @@ class Job:
         env = job_env(self.tmp, slurm_restart=self.launches)
         env.update(
             WANDB_MODE="offline",
-            # A wandb service per attempt, as on a new node after a requeue: the service a
-            # finished (or killed) attempt started may still hold the run open for a while.
-            WANDB_DIR=str(self.tmp / f"wandb-home-{self.launches}"),
+            WANDB_DIR=str(self.tmp / "wandb-home"),
             WANDB_SILENT="true",
             MLFLOW_ALLOW_FILE_STORE="true",  # the file store is what this test asks for
         )
@@ -130,18 +131,37 @@ def _file_store(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3 asks for an opt-in
 
 
+@pytest.fixture
+def shared_wandb_service(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every launch inherits ``WANDB_SERVICE``: the W&B service of a launcher process, as a
+    launcher that called ``wandb.setup()`` and restarts its workers passes it on. It keeps a
+    killed attempt's run open: without ckptdash the next attempt's ``wandb.init`` of the same
+    id is refused ("run ID ... is in use"; test_wandb_service pins that)."""
+    env = dict(os.environ, WANDB_MODE="offline", WANDB_SILENT="true")
+    env.pop("WANDB_SERVICE", None)
+    with launcher_service(env) as token:
+        monkeypatch.setenv("WANDB_SERVICE", token)  # job_env passes it on
+        yield
+
+
+def _wandb_rows(job: Job, derived: str, launches: int) -> list[tuple[int, float]]:
+    """(trainer/global_step, tag) of every W&B row the launches wrote, read back from the
+    offline ``.wandb`` files with wandb's protobuf records; checks one run id throughout."""
+    folders = sorted((job.logs / "wandb").glob("offline-run-*"))
+    assert len(folders) == launches and all(p.name.endswith(f"-{derived}") for p in folders)
+    return [(int(s), float(v)) for s, v in logged(folders, "trainer/global_step", "tag")]
+
+
 def test_every_attempt_logs_into_one_run_of_each_logger_across_kill_and_requeue(
-    tmp_path: Path,
+    tmp_path: Path, shared_wandb_service: None
 ) -> None:
     """Killed without warning at step 25 (saved at 20), then SIGUSR2 at step 37 (saved there,
     requeued), then run to the end: TensorBoard and CSV hold one folder with every step once,
     the redone steps with the last attempt's values; MLflow one run without a step twice; W&B
-    one run id in every attempt; ``ckptdash status`` names each logger run."""
+    one run id in every attempt (resumed though the killed attempt left it open in a shared
+    W&B service), no step twice; ``ckptdash status`` names each logger run."""
     job = Job(tmp_path)
-    # W&B's one run id across attempts is pinned in-process by test_monitor_loggers: here its
-    # service, started by an attempt killed a second earlier, refused the next ("run ID ... is
-    # in use") under the full suite's load, a failure of the test's pace, not of ckptdash.
-    loggers = ("--loggers", "tensorboard,csv,mlflow")
+    loggers = ("--loggers", "tensorboard,csv,wandb,mlflow")
     killed = job.launch("--kill-at", "25", "--step-s", "0.01", *loggers)
     assert killed.returncode == -signal.SIGKILL, killed.stdout.decode()[-3000:]
     signalled = job.launch("--signal-at", "37", *loggers)
@@ -174,8 +194,18 @@ def test_every_attempt_logs_into_one_run_of_each_logger_across_kill_and_requeue(
     # Appends only: the steps the killed attempt had logged keep its values.
     assert dict(history)[24] == 0.0 and dict(history)[resumes[1]] == 2.0
 
+    rows = _wandb_rows(job, derived, 3)
+    steps = [s for s, _ in rows]
+    assert len(steps) == len(set(steps)), f"W&B: a step is logged twice: {sorted(steps)}"
+    # The attempts after the kill log every step from where the killed one was seen on (its
+    # service, still open, writes the earlier rows when it ends; see docs/loggers.md).
+    later = {s: v for s, v in rows if v > 0}
+    assert sorted(later) == list(range(min(later), 50)) and min(later) <= 26, sorted(later)
+    assert all(v == (1.0 if s < resumes[1] else 2.0) for s, v in later.items()), later
+
     state = state_of(job.run)
-    assert set(state.loggers) == {"tensorboard", "csv", "mlflow"}
+    assert set(state.loggers) == {"tensorboard", "csv", "wandb", "mlflow"}
+    assert state.loggers["wandb"].id == derived
     assert state.loggers["mlflow"].id == run.info.run_id
     assert state.loggers["tensorboard"].location == str(tb)
     tb_record = state.loggers["tensorboard"]
@@ -191,9 +221,9 @@ def test_every_attempt_logs_into_one_run_of_each_logger_across_kill_and_requeue(
 def test_two_ranks_log_once_into_one_run(tmp_path: Path) -> None:
     """Two gloo ranks, SIGUSR2 save-and-requeue at step 15, then to the end: only rank 0
     talks to the loggers (one TensorBoard event file and one W&B run folder per attempt, one
-    MLflow run, every step once) and records them."""
+    MLflow run, every step once, in W&B too) and records them."""
     job = Job(tmp_path)
-    loggers = ("--loggers", "tensorboard,mlflow", "--steps", "30")  # W&B: see above
+    loggers = ("--loggers", "tensorboard,wandb,mlflow", "--steps", "30")
     first = job.launch("--signal-at", "15", *loggers, devices=2)
     assert first.returncode == 0, first.stdout.decode()[-3000:]
     second = job.launch(*loggers, devices=2)
@@ -208,9 +238,11 @@ def test_two_ranks_log_once_into_one_run(tmp_path: Path) -> None:
     (run,) = client.search_runs([client.get_experiment_by_name("exp").experiment_id])
     steps = sorted(int(m.step) for m in client.get_metric_history(run.info.run_id, "tag"))
     assert steps == list(range(30))
+    rows = _wandb_rows(job, f"ckptdash-{RunDir(job.run).info().run_id}", 2)
+    assert sorted(s for s, _ in rows) == list(range(30)), "W&B: every step once"
     state = state_of(job.run)
-    assert set(state.loggers) == {"tensorboard", "mlflow"}
-    assert state.event_counts["logger_attached"] == 4  # 2 loggers x 2 attempts, rank 0 only
+    assert set(state.loggers) == {"tensorboard", "wandb", "mlflow"}
+    assert state.event_counts["logger_attached"] == 6  # 3 loggers x 2 attempts, rank 0 only
 
 
 def test_a_version_the_user_named_is_kept_and_a_clash_is_told(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import torch
 
 import ckptdash
 from tests.train.helpers import next_wall_second, state_of
+from tests.wandb_offline import logged
 
 event_accumulator = pytest.importorskip(
     "tensorboard.backend.event_processing.event_accumulator",
@@ -68,20 +70,26 @@ def attempt(run: Path, logs: Path, *, tag: float, crash_at: int | None, total: i
 
 
 @pytest.fixture
-def offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+def offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """W&B offline in the test's folder whatever W&B did earlier in this process (it reads
+    its environment once per process, until ``wandb.teardown()``)."""
+    wandb.teardown()
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wandb-home"))
     monkeypatch.setenv("WANDB_SILENT", "true")
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3 asks for an opt-in
     for name in ("WANDB_RUN_ID", "WANDB_RESUME", "MLFLOW_RUN_ID"):
         monkeypatch.delenv(name, raising=False)
+    yield
+    wandb.teardown()  # no W&B service of this process for later tests' processes to inherit
 
 
 def test_a_loop_logs_into_one_run_of_each_logger_across_a_crash(
     tmp_path: Path, offline: Any
 ) -> None:
     """Saved at step 10, crashed at 13, resumed: TensorBoard shows every step once (11 and 12
-    from the second attempt), MLflow one run with every step once, W&B one run id."""
+    from the second attempt), MLflow one run and W&B one run id, each with every step once
+    (W&B's read back from its offline ``.wandb`` files)."""
     run, logs = tmp_path / "run", tmp_path / "logs"
     started = time.time()
     with pytest.raises(Crash):
@@ -107,6 +115,9 @@ def test_a_loop_logs_into_one_run_of_each_logger_across_a_crash(
     assert len(offline_runs) == 2 and all(
         p.name.endswith(f"ckptdash-{run_id}") for p in offline_runs
     )
+    rows = logged(offline_runs, "step", "tag")
+    assert sorted(s for s, _ in rows) == list(range(20)), f"W&B: each step once: {rows}"
+    assert dict(rows)[12] == 0.0 and dict(rows)[13] == 1.0  # the dropped ones kept theirs
     state = state_of(run)
     assert {n: i.id for n, i in state.loggers.items()} == {
         "tensorboard": f"ckptdash-{run_id}",

@@ -179,8 +179,16 @@ def rank_marks(ranks: Sequence[RankInfo], now: float, steps_per_s: float | None)
     return marks
 
 
+WIDE_RANKS: Final = 64
+"""Above this many ranks a node is one line (its ranks, their step range) and only the marked
+ranks get a chip: 1,024 chips were 300 kB of HTML, re-sent at every change."""
+
+
 def render_ranks(snap: RunSnapshot | None, now: float) -> str:
-    """The newest attempt's ranks grouped by node (host), marking stragglers and silent ranks."""
+    """The newest attempt's ranks grouped by node (host), marking stragglers and silent ranks.
+
+    Nothing in it changes with the clock alone (no "seen N s ago" per rank): the page gets a
+    new one only when a rank's step or mark changed."""
     if snap is None or snap.health is None or not snap.health.ranks:
         return ""
     ranks = snap.health.ranks
@@ -190,33 +198,42 @@ def render_ranks(snap: RunSnapshot | None, now: float) -> str:
     by_host: dict[str, list[RankInfo]] = {}
     for r in ranks:
         by_host.setdefault(r.host or "?", []).append(r)
+    wide = len(ranks) > WIDE_RANKS
     rows = []
     for host in sorted(by_host):
-        cells = []
-        for r in by_host[host]:
-            mark = marks.get(r.rank, "")
-            color = {"silent": "#c92a2a", "straggler": "#e8590c"}.get(mark, "#2f9e44")
-            title = (
-                f"rank {r.rank}: step {fmt.number(r.step)}, last seen {fmt.age(r.last_seen, now)}"
-            )
-            cells.append(
-                f'<span class="rank" data-rank="{r.rank}" data-mark="{mark}" title="{esc(title)}"'
-                f' style="display:inline-block;margin:1px 3px;padding:1px 6px;border-radius:8px;'
-                f'border:1px solid {color};color:{color}">{r.rank}'
-                f" <span class='muted'>{fmt.number(r.step)}</span>"
-                + (f" <b>{mark}</b>" if mark else "")
-                + "</span>"
-            )
-        rows.append(f"<tr><td><code>{esc(host)}</code></td><td>{''.join(cells)}</td></tr>")
+        members = by_host[host]
+        chips = "".join(
+            _chip(r, marks.get(r.rank, "")) for r in members if not wide or r.rank in marks
+        )
+        if wide:
+            steps = [r.step for r in members if r.step is not None]
+            span = f"{fmt.number(min(steps))}–{fmt.number(max(steps))}" if steps else fmt.DASH
+            chips = f"<span class='muted'>{len(members)} ranks, steps {span}</span> {chips}"
+        rows.append(f"<tr><td><code>{esc(host)}</code></td><td>{chips}</td></tr>")
     attempt = "" if newest is None else f" of attempt {newest.attempt}"
     silent = sum(1 for m in marks.values() if m == "silent")
     lagging = sum(1 for m in marks.values() if m == "straggler")
     summary = f"{len(ranks)} rank(s) on {len(by_host)} node(s)"
     if silent or lagging:
         summary += f" · <span class='problem'>{silent} silent, {lagging} straggler(s)</span>"
+    if wide:
+        summary += " · only silent ranks and stragglers are shown one by one"
     return (
         f'<div class="ck"><h4>Ranks{attempt} <span class="muted">{summary}</span></h4>'
         f"<table><tr><th>node</th><th>ranks (step)</th></tr>{''.join(rows)}</table></div>"
+    )
+
+
+def _chip(r: RankInfo, mark: str) -> str:
+    color = {"silent": "#c92a2a", "straggler": "#e8590c"}.get(mark, "#2f9e44")
+    return (
+        f'<span class="rank" data-rank="{r.rank}" data-mark="{mark}"'
+        f' title="rank {r.rank}: step {esc(fmt.number(r.step))}"'
+        f' style="display:inline-block;margin:1px 3px;padding:1px 6px;border-radius:8px;'
+        f'border:1px solid {color};color:{color}">{r.rank}'
+        f" <span class='muted'>{fmt.number(r.step)}</span>"
+        + (f" <b>{mark}</b>" if mark else "")
+        + "</span>"
     )
 
 

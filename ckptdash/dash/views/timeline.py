@@ -1,9 +1,11 @@
 """The timeline: one Bokeh figure, wall time on x and training step on y.
 
-Attempts are bands; each attempt's progress is a line; checkpoint saves are
-dots coloured by trigger; signals, requeues, commands and exceptions are
-markers at the step they happened; each preemption's margin (signal → save
-durable → requeue) is a thick bar. Every glyph has a hover tooltip.
+Attempts are bands, each labelled with its number and outcome; each attempt's
+progress is a line; checkpoint saves are dots coloured by trigger; signals,
+requeues, commands and exceptions are markers at the step they happened; each
+preemption's margin (signal → save durable → requeue) is a thick bar. Every
+glyph has a hover tooltip. The legend lists only the kinds the run has: a run
+never signalled shows no "signal received".
 
 The figure is changed in place (the zoom survives an update): on a served
 page through the session's event loop, in a notebook directly followed by a
@@ -77,7 +79,7 @@ def _step_at(snap: RunSnapshot, attempt: int | None, t: float) -> int:
 
 
 _COLUMNS: Final = {
-    "attempts": ["left", "right", "top", "color", "title", "desc"],
+    "attempts": ["left", "right", "top", "color", "label", "title", "desc"],
     "progress": ["xs", "ys", "title", "desc"],
     "checkpoints": ["x", "y", "label", "color", "title", "desc"],
     "signals": ["x", "y", "title", "desc"],
@@ -118,6 +120,9 @@ def _attempt_bands(band: Columns, snap: RunSnapshot, offset_s: float) -> None:
         band["right"].append(_ms(max(end, start + 1e-3), offset_s))
         band["top"].append(top)
         band["color"].append(OUTCOME_COLORS.get(a.outcome, "#f1f3f5"))
+        # "stopped" says less than why: the reason (preempted, terminated) is the word to show.
+        word = a.end_reason if a.outcome == "stopped" and a.end_reason else a.outcome
+        band["label"].append(f"attempt {a.attempt} · {word}")
         band["title"].append(f"attempt {a.attempt}: {a.outcome}")
         band["desc"].append(
             _lines(
@@ -248,6 +253,33 @@ def clock_ticks() -> DatetimeTickFormatter:
     )
 
 
+LEGEND_SOURCES: Final = {
+    "attempt": "attempts",
+    "preemption margin": "margins",
+    "command": "commands",
+    "signal received": "signals",
+    "requeue": "requeues",
+    "exception": "exceptions",
+}
+"""Each fixed legend entry and the source whose rows it stands for (checkpoint saves get one
+entry per trigger from their data)."""
+
+
+def _band_labels(fig: Any, s: dict[str, ColumnDataSource]) -> None:
+    """Each band's name at its top left: which attempt, and how it ended."""
+    fig.text(
+        x="left",
+        y="top",
+        text="label",
+        source=s["attempts"],
+        text_baseline="top",
+        text_font_size="11px",
+        text_color=theme.TEXT_DARK if theme.is_dark() else "#495057",
+        x_offset=4,
+        y_offset=4,
+    )
+
+
 def _band_glyphs(fig: Any, s: dict[str, ColumnDataSource]) -> list[Any]:
     """The attempt bands, the progress lines and the preemption margins."""
     return [
@@ -342,6 +374,17 @@ def _legend_outside(fig: Any) -> None:
     fig.add_layout(legend, "right")
 
 
+def _legend_present(fig: Any, data: Data) -> None:
+    """Show a fixed legend entry only while its source has a row (set only when it changes)."""
+    for item in fig.legend[0].items:
+        name = LEGEND_SOURCES.get(str(getattr(item.label, "value", "")))  # not a field's label
+        if name is None:
+            continue
+        present = bool(next(iter(data[name].values())))
+        if item.visible != present:
+            item.visible = present
+
+
 class Timeline(pn.viewable.Viewer):  # type: ignore[misc]
     """The run's timeline; redrawn in place whenever the selected run changes."""
 
@@ -371,8 +414,10 @@ class Timeline(pn.viewable.Viewer):  # type: ignore[misc]
         fig = _empty_figure(height)
         # Drawn in this order: bands under lines under markers.
         hover = [*_band_glyphs(fig, self.sources), *_marker_glyphs(fig, self.sources)]
+        _band_labels(fig, self.sources)
         fig.add_tools(HoverTool(renderers=hover, tooltips=HOVER_TOOLTIP))
         _legend_outside(fig)
+        _legend_present(fig, timeline_data(None))
         theme.style_figure(fig, served=theme.served())
         return fig
 
@@ -404,6 +449,7 @@ class Timeline(pn.viewable.Viewer):  # type: ignore[misc]
             if self._sent.get(name) != cols:
                 self.sources[name].data = cols
                 self._sent[name] = cols
+        _legend_present(self.figure, data)
 
     def _in_document(self, change: Callable[[], None]) -> None:
         """Run ``change`` (which edits Bokeh models) where that is safe, and send it."""
