@@ -138,36 +138,19 @@ def test_the_default_demo_lasts_about_a_minute_with_two_preemptions_and_a_kill()
     )
 
 
-def test_demo_without_serving_prints_no_url(tmp_path: Path) -> None:
-    """--no-serve trains without a dashboard (and so ends with the training)."""
-    run = tmp_path / "demo"
-    proc = _demo(
-        "--run-dir",
-        str(run),
-        "--steps",
-        "10",
-        "--max-preemptions",
-        "0",
-        "--kills",
-        "0",
-        "--no-serve",
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "http://" not in proc.stdout
-    assert load_state(run).attempts[0].outcome == "finished"
-
-
 def test_a_second_demo_trains_a_new_demo_in_a_fresh_folder_it_names_first(
     tmp_path: Path,
 ) -> None:
     """`ckptdash demo` run again (as `make demo` does, no --run-dir) trains a new demo: its
     first line names the fresh folder (runs/demo-2), which holds a whole new training, and the
     first demo is left as it was. An explicit --run-dir that holds a demo is refused, saying
-    how to go on."""
+    how to go on. With --no-serve each trains without a dashboard (no address printed) and
+    ends with the training."""
     quick = ("--steps", "12", "--max-preemptions", "0", "--kills", "0", "--no-serve")
     first = _demo(*quick, cwd=tmp_path)
     assert first.returncode == 0, first.stdout + first.stderr
-    assert "runs/demo-2" not in first.stdout
+    assert "runs/demo-2" not in first.stdout and "http://" not in first.stdout
+    assert load_state(tmp_path / "runs" / "demo").attempts[0].outcome == "finished"
     before = sorted(p.name for p in (tmp_path / "runs" / "demo" / "events").iterdir())
 
     second = _demo(*quick, cwd=tmp_path)
@@ -242,29 +225,15 @@ def _state(pid: int) -> str:
         return "Z"
 
 
-def test_ctrl_c_ends_the_demo_with_a_goodbye_and_status_0(tmp_path: Path) -> None:
-    """Ctrl-C is how the README says to stop the demo: pressed while an attempt trains, it
-    stops the attempt (which records its end), says goodbye in one line naming the run, and
-    exits 0, with no traceback."""
-    run, log = tmp_path / "demo", tmp_path / "demo.log"
-    argv = [sys.executable, "-m", "ckptdash", "demo", "--run-dir", str(run), *_ENDLESS]
-    proc = _ctrl_c_while_training(argv, run, log)
-    output = log.read_text()
-    assert proc.returncode == 0, output
-    assert "Traceback" not in output
-    last = output.strip().splitlines()[-1]
-    assert last == (
-        f"ckptdash demo: stopped by Ctrl-C, goodbye. See the run with: ckptdash status {run}"
-    ), output
-
-
 @pytest.mark.skipif(
     shutil.which("make") is None and os.environ.get("CI") != "true",
     reason="no make; install it (apt-get install make) to run `make demo` here",
 )
 def test_make_demo_then_ctrl_c_prints_no_error(tmp_path: Path) -> None:
-    """`make demo` stopped with Ctrl-C, as the README says: make reports no error (it printed
-    "Error 130" when the demo exited 130), and the demo's goodbye is the last line."""
+    """`make demo` stopped with Ctrl-C, as the README says, while an attempt trains: the demo
+    stops the attempt (which records its end), says goodbye in one line naming the run and
+    exits 0, so make reports no error (it printed "Error 130" when the demo exited 130); no
+    traceback."""
     run, log = tmp_path / "demo", tmp_path / "make.log"
     venv = Path(sys.prefix)  # the venv running the tests, already set up: -o skips `setup`
     argv = ["make", "-C", str(REPO), "--no-print-directory", f"VENV={venv}"]
@@ -274,4 +243,6 @@ def test_make_demo_then_ctrl_c_prints_no_error(tmp_path: Path) -> None:
     output = log.read_text()
     assert "Error" not in output and "Traceback" not in output, output
     assert proc.returncode == -signal.SIGINT, output  # make itself ends on the Ctrl-C, silently
-    assert output.strip().splitlines()[-1].startswith("ckptdash demo: stopped by Ctrl-C"), output
+    assert output.strip().splitlines()[-1] == (
+        f"ckptdash demo: stopped by Ctrl-C, goodbye. See the run with: ckptdash status {run}"
+    ), output
