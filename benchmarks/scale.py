@@ -8,7 +8,10 @@ checkpoint every 5 min, the attempt live until now), then measures, each against
 8-rank × 1 h run *in the same run of the benchmark* (the two take turns):
 
 * ``ckptdash status --json``, ``ckptdash health``, ``ckptdash goodput``: wall time of the
-  command (a subprocess, Python's start included), median of ``--reps`` (3);
+  command (a subprocess, Python's start included), median of ``--reps`` (3), each a first
+  open (the run's snapshot removed before: the whole log replayed, the snapshot written);
+* ``ckptdash status --json`` again, from the snapshot the first open left (the run has not
+  grown since: the tail is empty);
 * ``ckptdash watch PATH --once``: peak RSS of the process (``wait4``);
 * ``ckptdash watch PATH`` left running: CPU share of one core over ~10 s once its first look
   is done (the baseline and the folders only).
@@ -42,6 +45,7 @@ from pathlib import Path
 from timing import Row, interleave, median, paired, table
 
 from ckptdash._dev.scale_runs import Written, write_run
+from ckptdash.state.snapshot import SNAPSHOT_DIR
 
 OUT = Path(__file__).resolve().parent / "out"
 COMMANDS = (("status", ("status", "--json")), ("health", ("health",)), ("goodput", ("goodput",)))
@@ -177,25 +181,56 @@ def generate(where: Path, size: Size, pulses_in_log: bool = False) -> Data:
     return Data(root, [one(root / f"run{i:04d}") for i in range(size.runs)])
 
 
-def measure(base: Data, data: Data, size: Size, reps: int) -> dict[str, dict[str, list[float]]]:
-    """{metric: {"base": values, "size": values}}, the two taking turns."""
+def forget_snapshots(d: Data) -> None:
+    """Remove the snapshots a reader left (``RUN/snapshot/``): the next open is a first one."""
+    for folder in [d.path / SNAPSHOT_DIR, *d.path.glob(f"*/{SNAPSHOT_DIR}")]:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def measure(
+    base: Data, data: Data, size: Size, reps: int, status_only: bool = False
+) -> dict[str, dict[str, list[float]]]:
+    """{metric: {"base": values, "size": values}}, the two taking turns.
+
+    ``status``, ``health``, ``goodput``: a first open (no snapshot: the whole log replayed,
+    and the snapshot written when the log is over the threshold); ``status_snap``: the open
+    after it, from the snapshot it left (the run has not grown since)."""
     out: dict[str, dict[str, list[float]]] = {}
-    commands = COMMANDS[:1] if size.folder else COMMANDS  # health and goodput take one run
+    commands = COMMANDS[:1] if size.folder or status_only else COMMANDS  # health, goodput: a run
     for name, args in commands:
 
         def timed(d: Data, args: tuple[str, ...] = args) -> Callable[[], float]:
-            return lambda: wall_s(ckptdash(*args, str(d.path)))
+            def first_open() -> float:
+                forget_snapshots(d)
+                return wall_s(ckptdash(*args, str(d.path)))
+
+            return first_open
 
         out[name] = interleave({"base": timed(base), "size": timed(data)}, reps)
-    watch = {
-        "base": lambda: peak_rss_bytes(ckptdash("watch", str(base.path), "--once", *QUIET)),
-        "size": lambda: peak_rss_bytes(ckptdash("watch", str(data.path), "--once", *QUIET)),
-    }
+    if not size.folder:
+
+        def again(d: Data) -> Callable[[], float]:
+            return lambda: wall_s(ckptdash("status", "--json", str(d.path)))
+
+        for d in (base, data):  # the last first open left its snapshot (if the log is large)
+            if not (d.path / SNAPSHOT_DIR).exists():
+                again(d)()
+        out["status_snap"] = interleave({"base": again(base), "size": again(data)}, reps)
+    if status_only:
+        return out
+
+    def rss(d: Data) -> float:
+        forget_snapshots(d)
+        return peak_rss_bytes(ckptdash("watch", str(d.path), "--once", *QUIET))
+
+    watch = {"base": lambda: rss(base), "size": lambda: rss(data)}
     out["watch_rss"] = interleave(watch, 1)
-    follower = {
-        "base": lambda: peak_rss_bytes(follow(base.path)),
-        "size": lambda: peak_rss_bytes(follow(data.path)),
-    }
+
+    def follower_rss(d: Data) -> float:
+        forget_snapshots(d)  # a first look, as watch's
+        return peak_rss_bytes(follow(d.path))
+
+    follower = {"base": lambda: follower_rss(base), "size": lambda: follower_rss(data)}
     out["follower_rss"] = interleave(follower, 1)
     if size.idle_cpu:
         out["watch_idle_cpu"] = interleave(
@@ -218,7 +253,8 @@ def _fmt(metric: str, value: float) -> str:
 
 
 LABELS = {
-    "status": "`status --json` wall",
+    "status": "`status --json` wall, first open",
+    "status_snap": "`status --json` wall, from the snapshot",
     "health": "`health` wall",
     "goodput": "`goodput` wall",
     "watch_rss": "`watch --once` peak RSS",
@@ -233,7 +269,7 @@ def rows_for(size: Size, data: Data, figures: dict[str, dict[str, list[float]]])
         b, s = pair["base"], pair["size"]
         ratio = paired(s, b) if all(b) else None
         goal, met = "", None
-        if metric in ("status", "health", "goodput") and not size.folder:
+        if metric in ("status", "status_snap", "health", "goodput") and not size.folder:
             goal, met = "≤ 2× (issue 24)", ratio is not None and ratio <= 2
         if metric in ("watch_rss", "follower_rss") and size.folder:
             goal, met = "< 300 MB (issue 24)", median(s) < 300e6
@@ -260,6 +296,7 @@ def run(
     full: bool = False,
     reps: int = 3,
     only: list[str] | None = None,
+    status_only: bool = False,
     pulses_in_log: bool = False,
 ) -> list[Row]:
     OUT.mkdir(exist_ok=True)
@@ -278,7 +315,7 @@ def run(
             gen_s = time.perf_counter() - start
             _say(f"{size.label}: {_mb(data.bytes)} written in {gen_s:.0f} s")
             try:
-                figures = measure(base, data, size, reps)
+                figures = measure(base, data, size, reps, status_only)
             finally:
                 shutil.rmtree(data.path)
             rows += rows_for(size, data, figures)
@@ -326,12 +363,19 @@ def main(argv: list[str] | None = None) -> int:
         help="only the sizes whose label contains TEXT (repeatable), e.g. --size '1,000 runs'",
     )
     parser.add_argument(
+        "--status-only",
+        action="store_true",
+        help="only `status --json`, first open and from the snapshot (the 24 h sizes in minutes)",
+    )
+    parser.add_argument(
         "--pulses-in-log",
         action="store_true",
         help="write runs as ckptdash 0.1 did: every 1 Hz pulse in the log, no pulse records",
     )
     args = parser.parse_args(argv)
-    rows = run(args.quick, args.full, max(1, args.reps), args.size, args.pulses_in_log)
+    rows = run(
+        args.quick, args.full, max(1, args.reps), args.size, args.status_only, args.pulses_in_log
+    )
     print(table(rows))
     print(f"(also {OUT / 'scale.json'} and {OUT / 'scale.md'})")
     return 0

@@ -322,7 +322,7 @@ def _event_lines(state: RunState) -> list[str]:
             f"anomaly attempt {an.attempt} step {_opt(an.step)}: {an.reason} ({an.action}{pinned})"
         )
     lines += [f"logger  {logger_line(info)}" for _, info in sorted(state.loggers.items())]
-    for c in sorted(state.commands.values(), key=lambda c: c.issued_at or 0):
+    for c in sorted(state.commands.values(), key=lambda c: (c.issued_at or 0, c.id)):
         extra = c.detail or c.reason or c.error
         lines.append(
             f"command {c.command or '?'} {fmt.short_id(c.id)} by"

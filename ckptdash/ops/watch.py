@@ -46,7 +46,7 @@ from ckptdash.ops import slurm as slurm_admin
 from ckptdash.rundir import RunDir
 from ckptdash.rundir.writer import EventWriter
 from ckptdash.state import RunState
-from ckptdash.state.reading import new_state
+from ckptdash.state.reading import catch_up, resume
 from ckptdash.tail.folder import FolderTailer
 from ckptdash.terminal import one_line
 
@@ -268,6 +268,7 @@ class _Run:
     state: RunState
     open: dict[str, Alert] = field(default_factory=dict)
     writers: dict[int, EventWriter] = field(default_factory=dict)
+    covered: int = 0  # bytes of log its snapshot covers
 
 
 @dataclass
@@ -323,10 +324,13 @@ class Watch:
         for root, pieces in self._tailer.each():
             run = self._runs.get(root)
             first_look = run is None
-            if run is None:
+            if run is None:  # from its snapshot when one can be trusted, then the tail
                 print(f"ckptdash watch: watching {root}", file=self.log, flush=True)
-                run = self._runs[root] = _Run(new_state(RunDir(root)))
-            run.state.apply_all(pieces)
+                state, tailer, since = resume(RunDir(root))
+                self._tailer.tailers[root], pieces = tailer, tailer.batches()
+                run = self._runs[root] = _Run(state, covered=since)
+            tail = self._tailer.tailers[root]
+            run.covered = catch_up(RunDir(root), run.state, tail, pieces, run.covered)
             if first_look:
                 run.open = _open_alerts(run.state)  # a restarted watch does not fire again
             fired.extend(self._check(root, run))

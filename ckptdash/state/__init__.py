@@ -26,13 +26,13 @@ from __future__ import annotations
 import bisect
 import os
 from collections.abc import Iterable
-from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, Final, cast
 
 import msgspec
 
 from ckptdash import events as ev_
 from ckptdash.events import BadLine, Event, Heartbeat, Pulse
+from ckptdash.state import as_dict as state_as_dict
 from ckptdash.state import checkpoints as ckpt_
 from ckptdash.state import commands as cmd_
 from ckptdash.state import incidents as inc_
@@ -161,8 +161,8 @@ class RunState:
         for cf in batch.commands:
             self._apply_command_file(cf)
         self._apply_events(batch.events)
-        for pulse in batch.pulses:  # from the pulse records: liveness, not log lines
-            self._apply_pulse(pulse)
+        for pulse in batch.pulses:  # from the pulse records: liveness, not log lines; not in
+            self._apply_pulse(pulse, False)  # the series, or a follower's would hold every one
         self.record_pulses += len(batch.pulses)
         self._apply_bad(batch.bad)
 
@@ -236,32 +236,7 @@ class RunState:
 
     def to_dict(self) -> dict[str, Any]:
         """The whole state as JSON-ready builtins, in a stable order (``status --json``)."""
-        return {
-            "root": self.root,
-            "run_id": self.run_id,
-            "events_total": self.events_total,
-            "event_counts": dict(sorted(self.event_counts.items())),
-            "bad_lines": {
-                "counts": dict(sorted(self.bad_lines.counts.items())),
-                "samples": [asdict(b) for b in self.bad_lines.samples],
-            },
-            "progress": None if self.progress is None else asdict(self.progress),
-            "attempts": {str(n): asdict(self.attempts[n]) for n in sorted(self.attempts)},
-            "series": {str(n): [list(p) for p in pts] for n, pts in self.series.items()},
-            "checkpoints": {p: asdict(self.checkpoints[p]) for p in sorted(self.checkpoints)},
-            "checkpoint_dirs": list(self.checkpoint_dirs),
-            "replaced": self.replaced,
-            "signals": [asdict(x) for x in self.signals],
-            "requeues": [asdict(x) for x in self.requeues],
-            "exceptions": [asdict(x) for x in self.exceptions],
-            "anomalies": [asdict(x) for x in self.anomalies],
-            "loggers": {n: asdict(self.loggers[n]) for n in sorted(self.loggers)},
-            "commands": {i: asdict(self.commands[i]) for i in sorted(self.commands)},
-            "ranks": {
-                str(n): [asdict(r) for r in self.rank_info(n)] for n in sorted(self.attempts)
-            },
-            "alert_log": [asdict(x) for x in self.alert_log],
-        }
+        return state_as_dict.as_dict(self)
 
     def rank_info(self, attempt: int) -> list[RankInfo]:
         """Every rank of ``attempt`` that wrote anything, by rank: host, last seen, step."""
@@ -331,11 +306,11 @@ class RunState:
             s = a.streams[rank] = _Stream(a.series if rank == 0 else None)
         return s
 
-    def _apply_pulse(self, ev: Pulse) -> None:
+    def _apply_pulse(self, ev: Pulse, series_too: bool = True) -> None:
         s = self._stream(ev.attempt, ev.rank)
         s.pulse(ev)
         t = ev.t
-        if ev.rank == 0:
+        if ev.rank == 0 and series_too:
             series = self._attempts[ev.attempt].pulses
             if not (series.lo <= t < series.hi and t > series.min_t):
                 series.add(t, ev.step, _NO_METRICS)

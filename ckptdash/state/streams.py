@@ -174,7 +174,8 @@ class Attempt:
         if best is not None:
             hb = best[1]
             info.epoch, info.time_left_s = hb.epoch, hb.time_left_s
-            info.host = info.host or hb.host
+            # The start's host, else the best heartbeat's: never whichever came first.
+            info.host = (self.start[1].host if self.start is not None else "") or hb.host
         return best_hb
 
     def rank_info(self) -> list[RankInfo]:

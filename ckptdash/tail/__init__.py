@@ -42,7 +42,7 @@ from ckptdash.events import (
 )
 from ckptdash.rundir import EVENT_SUFFIX, RunDir, is_temp_file
 from ckptdash.rundir.safe_read import open_regular
-from ckptdash.tail.batch import LOCATIONS, CommandFile, Location, TailBatch
+from ckptdash.tail.batch import LOCATIONS, CommandFile, Location, Position, TailBatch
 from ckptdash.tail.commands import CommandFolders
 from ckptdash.tail.pulses import PulseRecords
 from ckptdash.tail.vouch import VOUCHED, decode_vouched, disagreement, first_run_id, foreign
@@ -58,6 +58,7 @@ __all__ = [
     "READ_BYTES",
     "CommandFile",
     "Location",
+    "Position",
     "RunTailer",
     "TailBatch",
 ]
@@ -127,6 +128,9 @@ class RunTailer:
         """False when the last poll stopped at its byte budget (there may be more to read)."""
         self.looked_at = 0
         """Event files the last poll looked at (one ``stat`` each): cold files are skipped."""
+        self.reports = 0
+        """Unreadable files or folders, and bad pulse records, reported so far (each also
+        handed out as a bad line; a reader that starts afresh reports them again)."""
         self._read_bytes = max(1, read_bytes)
         self._decode_bytes = max(1, decode_bytes)
         self._cursors: dict[str, _Cursor] = {}
@@ -194,6 +198,27 @@ class RunTailer:
         """
         return self._pieces(max_bytes)
 
+    def positions(self) -> dict[str, Position]:
+        """Where each event file read so far stands (the next byte and line to read), by name:
+        what a snapshot records (:mod:`ckptdash.state.snapshot`)."""
+        return {
+            name: Position(cur.offset, cur.lineno, cur.ino or 0, cur.scanned, cur.first)
+            for name, cur in sorted(self._cursors.items())
+            if cur.ino is not None
+        }
+
+    def resume(self, positions: dict[str, Position], run_id: str | None) -> None:
+        """Continue from ``positions`` (checked by the caller against the files on disk) as if
+        this tailer had read up to them itself; ``run_id`` is the one it had found."""
+        for name, p in positions.items():
+            self._cursors[name] = _Cursor(p.offset, p.lineno, p.ino, p.scanned, 0, p.first)
+        self._run_id = run_id
+
+    @property
+    def run_id(self) -> str | None:
+        """The run id checkpoint records must carry, once the tailer has found it."""
+        return self._run_id
+
     # --- internals ---------------------------------------------------------------------------
 
     def _pieces(self, max_bytes: int | None) -> Iterator[TailBatch]:
@@ -211,6 +236,7 @@ class RunTailer:
             yield problem
         pulses, bad = self._pulse_records.poll(self._run_id or "")
         if pulses or bad:  # every rank's liveness now, from its record (rundir/pulses)
+            self.reports += len(bad)
             yield TailBatch(bad=bad, pulses=pulses)
         touched, self._touched = self._touched, set()
         self.looked_at = 0
@@ -256,6 +282,7 @@ class RunTailer:
         if (file, problem) in self._reported:
             return TailBatch()
         self._reported.add((file, problem))
+        self.reports += 1
         detail = f"cannot {problem} ({exc.strerror or exc}); check its permissions"
         return TailBatch(bad=[BadLine(file, 0, "invalid", detail)])
 

@@ -54,3 +54,17 @@ class TailBatch:
         self.bad.extend(other.bad)
         self.commands.extend(other.commands)
         self.pulses.extend(other.pulses)
+
+
+@dataclass(frozen=True, slots=True)
+class Position:
+    """How far a :class:`~ckptdash.tail.RunTailer` has read one event file: the byte after the
+    last complete line (``offset``), the number of the next line, the file's inode, the bytes
+    of an oversize line searched so far, and whether line 1 agreed with the name and run.json
+    (``first``: "" when it did, why not when it did not, None before line 1 was read)."""
+
+    offset: int
+    lineno: int
+    ino: int
+    scanned: int = 0
+    first: str | None = None

@@ -60,7 +60,7 @@ from ckptdash.events import Settings
 from ckptdash.ops import liveness
 from ckptdash.rundir import CONTROL_DIR, EVENTS_DIR, RunDir, find_runs
 from ckptdash.state import RunState
-from ckptdash.state.reading import new_state
+from ckptdash.state.reading import leave_snapshot, resume
 from ckptdash.tail import RunTailer
 
 log = logging.getLogger(__name__)
@@ -189,6 +189,7 @@ class _Run:
     settings: Settings | None = None
     settings_error: str = ""
     settings_key: object = None
+    covered: int = 0  # bytes of log its snapshot covers (ckptdash.state.snapshot)
 
 
 Subscriber: TypeAlias = Callable[[FolderSnapshot], None]
@@ -391,6 +392,8 @@ class RunFollower:
             records, sightings = run.state.apply_all(run.tailer.batches())
             run.sightings += sightings
             changed = records > 0
+            if changed and run.tailer.caught_up:  # one that read much leaves a snapshot
+                run.covered = leave_snapshot(run.rd, run.state, run.tailer, run.covered)
             changed |= self._read_settings(run)
             # A job killed with kill -9 writes nothing more: on its own host its pid says at
             # once that it is gone (one /proc read per poll of a running attempt).
@@ -425,7 +428,8 @@ class RunFollower:
         for rd in runs:
             root = str(rd.root)
             if root not in self._runs:
-                self._runs[root] = _Run(rd, RunTailer(rd), new_state(rd), SnapshotBuilder(root))
+                state, tailer, since = resume(rd)  # from the snapshot, when one can be trusted
+                self._runs[root] = _Run(rd, tailer, state, SnapshotBuilder(root), covered=since)
 
     def _read_settings(self, run: _Run) -> bool:
         """Re-read settings.json when it changed (a stat per poll); True if it did."""
