@@ -103,6 +103,8 @@ class CkptDashCallback(TrainerCallback):
         monitor, self.monitor = self.monitor, None
         for drop in self._drops:
             drop.restore()
+        if self.config.continue_loggers:
+            hf_loggers.forget_runs()  # the reporting callbacks have read them by now
         if monitor is None:
             return
         monitor.session.step = state.global_step

@@ -41,6 +41,16 @@ def name_runs(run: RunDir) -> None:
     _set("MLFLOW_RUN_ID", mlflow.id if mlflow is not None and mlflow.id else None)
 
 
+def forget_runs() -> None:
+    """When training ends: take back what :func:`name_runs` put in the environment (a value
+    the user set since stays), so that no process this one starts later — another run's
+    job, a notebook's next launch — inherits this run's W&B or MLflow id."""
+    for name, value in list(_SET_BY_US.items()):
+        if os.environ.get(name) == value:
+            del os.environ[name]
+        del _SET_BY_US[name]
+
+
 def _set(name: str, value: str | None) -> None:
     current = os.environ.get(name)
     if current is not None and current != _SET_BY_US.get(name):

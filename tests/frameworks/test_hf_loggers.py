@@ -98,6 +98,10 @@ def test_report_to_loggers_continue_one_run_across_a_crash(tmp_path: Path, offli
     t = trainer(out, steps=12, callbacks=[second], **report)
     t.train(resume_from_checkpoint=ckptdash.resume_path(run))
     assert t.state.global_step == 12
+    # The ids ckptdash named for the Trainer's loggers are taken back when training ends: no
+    # process started later (another run's job) inherits this run's W&B or MLflow id.
+    named = ("WANDB_RUN_ID", "WANDB_RESUME", "MLFLOW_RUN_ID", "TENSORBOARD_LOGGING_DIR")
+    assert [n for n in named if n in os.environ] == []
     wandb.finish()  # W&B writes its offline file in 32 KiB blocks: the rest at finish
 
     derived = f"ckptdash-{RunDir(run).info().run_id}"

@@ -43,6 +43,9 @@ SIGNAL_AT = 12
 STEPS = 60  # well past SIGNAL_AT + MAX_CHECK_GAP: a signal stop is an early stop
 _LAUNCHER_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK")
 _LAUNCHER_VARS += ("MASTER_ADDR", "MASTER_PORT")
+# What ckptdash's HF hook sets for the Trainer's loggers: an in-process HF test before must not
+# hand its run's W&B / MLflow id to another test's jobs.
+_LAUNCHER_VARS += ("WANDB_RUN_ID", "WANDB_RESUME", "MLFLOW_RUN_ID", "TENSORBOARD_LOGGING_DIR")
 
 
 class JobEnv(dict[str, str]):
