@@ -9,6 +9,10 @@ one clock. Goal: p95 ≤ 300 ms with inotify.
 (c) Wide: a 1,024-rank × 1 h run in the documented format (``--wide``: only this), first
 render and event → DOM p95 against an 8-rank × 1 h run.
 
+(d) Folder of 1,000 runs (``--folder-1000``: only this): 1,000 runs of 8 ranks × 15 min in
+the documented format against a folder of one such run: first render, every run listed,
+and the server's memory. Goal (issue 24): under 300 MB.
+
 (b) Scale: a folder of 100 sample runs and one 1,000,000-event run (the ingest
 benchmark's log: heartbeats with metrics and a checkpoint every 1000 events), against a
 folder with one small run: time from navigation to the page (first render), to the run
@@ -275,13 +279,57 @@ def wide_rows(browser: Any, quick: bool) -> list[Row]:
     ]
 
 
+GOAL_FOLDER_MB = 300.0
+
+
+def folder_rows(browser: Any, quick: bool) -> list[Row]:
+    """(d) A folder of 1,000 small runs (100 with ``--quick``) against a folder of one."""
+    n_runs = 100 if quick else 1000
+    with tempfile.TemporaryDirectory(prefix="ckptdash-bench-folder-") as tmp:
+        many, one = Path(tmp, "many"), Path(tmp, "one")
+        for i in range(n_runs):
+            write_run(many / f"run-{i:04d}", ranks=8, seconds=900)
+        write_run(one / "run-0000", ranks=8, seconds=900)
+        big, small = _scale(browser, many, None), _scale(browser, one, None)
+    label = f"{n_runs:,} runs × 8 ranks × 15 min"
+    return [
+        Row(
+            f"dashboard first render (page usable), folder of {label}, s",
+            f"{big['render']:.2f} s",
+            f"{small['render']:.2f} s (one such run)",
+            big["render"] / small["render"],
+        ),
+        Row(
+            f"dashboard: all {n_runs:,} runs listed after navigation, s",
+            f"{big['listed']:.2f} s",
+            f"{small['listed']:.2f} s (one such run)",
+            big["listed"] / small["listed"],
+        ),
+        Row(
+            f"dashboard server memory after load, folder of {label}, MB (peak)",
+            f"{big['rss_mb']:.0f} MB ({big['peak_mb']:.0f})",
+            f"{small['rss_mb']:.0f} MB ({small['peak_mb']:.0f}) (one such run)",
+            big["rss_mb"] / small["rss_mb"],
+            f"< {GOAL_FOLDER_MB:.0f} MB (issue 24)",
+            big["rss_mb"] < GOAL_FOLDER_MB,
+        ),
+    ]
+
+
 def run(quick: bool) -> list[Row]:
     if chromium_path() is None:
         return [Row("dashboard benchmarks", f"skipped: {HOW_TO_GET_CHROMIUM}", "—", None)]
     with _browser() as browser:
         if "--wide" in sys.argv:
             return wide_rows(browser, quick)
-        return latency_rows(browser, quick) + scale_rows(browser, quick) + wide_rows(browser, quick)
+        if "--folder-1000" in sys.argv:
+            return folder_rows(browser, quick)
+        return (
+            latency_rows(browser, quick)
+            + scale_rows(browser, quick)
+            + wide_rows(browser, quick)
+            + folder_rows(browser, quick)
+        )
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@ from ckptdash.state import as_dict as state_as_dict
 from ckptdash.state import checkpoints as ckpt_
 from ckptdash.state import commands as cmd_
 from ckptdash.state import incidents as inc_
+from ckptdash.state import metric_points as state_metric_points
 from ckptdash.state import series as state_series
 from ckptdash.state import streams as state_streams
 from ckptdash.state.records import (
@@ -129,7 +130,7 @@ class RunState:
         self._dirty_commands: set[str] = set()
         self._lists_dirty = False
         self._bad_heap: inc_.BadHeap = []
-        self._decoded: dict[int, tuple[msgspec.Raw, MetricPoint]] = {}
+        self._decoder = state_metric_points.MetricDecoder()
         self.alert_log: list[AlertRecord] = []
         """Alerts raised and cleared, and actions taken (``ckptdash watch``, the job's watchdog)."""
         # The latest pulse, keyed like ``_best_hb``: the 1 Hz progress the views show.
@@ -208,19 +209,16 @@ class RunState:
         """Per attempt, the metrics of the heartbeats kept in :attr:`series` (thinned as
         :data:`~ckptdash.state.series.SERIES_POINTS` says), by time. A heartbeat is decoded
         once, on the first call that sees it; later calls decode only new points."""
+        return self._decoder.decode(self.metric_heartbeats())
+
+    def metric_heartbeats(self) -> dict[int, tuple[tuple[float, int, msgspec.Raw], ...]]:
+        """Per attempt, the kept heartbeats with their raw metrics (what :meth:`metrics`
+        decodes; :class:`~ckptdash.state.metric_points.MetricPoints` decodes them lazily)."""
         out = {}
-        cache, fresh = self._decoded, {}
         for n in sorted(self._attempts):
-            points = []
-            for t, step, raw in self._attempts[n].series.heartbeats():
-                hit = cache.get(id(raw))
-                if hit is None or hit[0] is not raw:
-                    hit = (raw, MetricPoint(step, t, n, ev_.decode_metrics(raw)))
-                fresh[id(raw)] = hit
-                points.append(hit[1])
-            if points:
-                out[n] = points
-        self._decoded = fresh  # only what is still kept
+            kept = tuple(self._attempts[n].series.heartbeats())
+            if kept:
+                out[n] = kept
         return out
 
     def fresh_start(self) -> AttemptInfo | None:

@@ -75,7 +75,7 @@ _DERIVED: Final = frozenset(
         "commands",
         "progress",
         "bad_lines",
-        "_decoded",
+        "_decoder",
         "_touched",
         "_dirty_checkpoints",
         "_dirty_commands",

@@ -23,6 +23,7 @@ from ckptdash.events import CHECKPOINT_KINDS, COMMAND_KINDS, Settings
 from ckptdash.resume import ResumeChoice, choose_resume
 from ckptdash.state import RunState
 from ckptdash.state.checkpoints import checkpoint_order
+from ckptdash.state.metric_points import MetricDecoder, MetricPoints
 from ckptdash.state.records import (
     AnomalyInfo,
     AttemptInfo,
@@ -169,6 +170,7 @@ class SnapshotBuilder:
         self.last: RunSnapshot | None = None
         self._version = 0
         self._resume_sig: object = None
+        self._decoder = MetricDecoder()
 
     def take(
         self,
@@ -207,7 +209,8 @@ class SnapshotBuilder:
             series, metrics = old.series, old.metrics
         else:
             series = {n: tuple(points) for n, points in state.series.items()}
-            metrics = state.metrics()
+            # Decoded only when a view reads them: a folder's runs but the shown one never are.
+            metrics = MetricPoints(state.metric_heartbeats(), self._decoder)
         resume = self._resume(state, signature, old)
         # AttemptInfo objects are updated in place by the state: copy them.
         attempts = tuple(dataclasses.replace(a) for a in state.attempts.values())
