@@ -137,14 +137,17 @@ def regular_files(dir_fd: int) -> list[str]:
         return sorted(e.name for e in it if e.is_file(follow_symlinks=False))
 
 
-def write_at(dir_fd: int, name: str, data: bytes, *, mode: int) -> None:
+def write_at(dir_fd: int, name: str, data: bytes, *, mode: int, exact_mode: bool = False) -> None:
     """Replace ``name`` in the held folder atomically: a temp file next to it, fsync,
     ``rename`` relative to the descriptor (so a folder swapped for a link meanwhile is never
-    written through), fsync of the folder."""
+    written through), fsync of the folder. The file gets ``mode`` less the umask, or exactly
+    ``mode`` with ``exact_mode``."""
     tmp = f"{TEMP_PREFIX}{name}.{os.getpid()}.{secrets.token_hex(4)}"
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | O_NOFOLLOW | O_CLOEXEC
     fd = os.open(tmp, flags, mode, dir_fd=dir_fd)
     try:
+        if exact_mode:
+            os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()

@@ -24,11 +24,9 @@ replays of random logs).
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import hashlib
 import os
-import secrets
 import socket
 import stat
 import time
@@ -37,8 +35,9 @@ from typing import Any, Final
 
 import msgspec
 
-from ckptdash.rundir import TEMP_PREFIX, RunDir
-from ckptdash.rundir.safe_read import O_CLOEXEC, O_DIRECTORY, O_NOFOLLOW, open_dir, open_regular
+from ckptdash.control.dirs import write_at
+from ckptdash.rundir import RunDir
+from ckptdash.rundir.safe_read import O_CLOEXEC, O_DIRECTORY, open_dir, open_regular
 from ckptdash.state import RunState
 from ckptdash.state.state_codec import dump_state, fingerprint, restore_state
 from ckptdash.tail import Position, RunTailer
@@ -217,22 +216,8 @@ def _write_at(run: RunDir, data: bytes) -> None:
     try:
         if os.fstat(folder).st_uid != os.geteuid():
             raise OSError(errno.EPERM, "snapshot/ belongs to another account; not written")
-        tmp = f"{TEMP_PREFIX}{SNAPSHOT_FILE}.{os.getpid()}.{secrets.token_hex(4)}"
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | O_NOFOLLOW | O_CLOEXEC
-        fd = os.open(tmp, flags, 0o644, dir_fd=folder)
-        try:
-            os.fchmod(fd, 0o644)  # never group-writable, whatever the umask
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, SNAPSHOT_FILE, src_dir_fd=folder, dst_dir_fd=folder)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp, dir_fd=folder)
-            raise
-        with contextlib.suppress(OSError):
-            os.fsync(folder)
+        # 0644 whatever the umask: readable by the group, never writable by it.
+        write_at(folder, SNAPSHOT_FILE, data, mode=0o644, exact_mode=True)
     finally:
         os.close(folder)
 
