@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -179,12 +179,25 @@ class Dashboard(pn.viewable.Viewer):  # type: ignore[misc]
         # (after waiting up to ``first_read_s`` for a first read).
         if first_read_s > 0:
             self.follower.wait_loaded(first_read_s)
+        # The selected run is kept whole: in a folder, idle runs the page does not show rest.
+        self._let_go: Callable[[], None] = lambda: None
+        self._focus_lock = threading.Lock()  # the follower's thread and the session's select
+        self.model.param.watch(self._focus_selected, ["selected"])
         if (latest := self.follower.latest) is not None:
             self.model.publish(latest)
+        self._focus_selected()
         self._unsubscribe = self.follower.subscribe(self._delivery)
         if doc is not None and doc.session_context is not None:
             pn.state.on_session_destroyed(lambda _context: self.close())
             pn.state.onload(self._page_loaded)  # from then on the views take every update
+
+    def _focus_selected(self, *events: object) -> None:
+        with self._focus_lock:
+            let_go, selected = self._let_go, self.model.selected
+            if self._closed:
+                return
+            self._let_go = self.follower.focus(selected) if selected else (lambda: None)
+        let_go()
 
     def _take(self, folder: FolderSnapshot) -> None:
         self.model.publish(folder)
@@ -242,6 +255,8 @@ class Dashboard(pn.viewable.Viewer):  # type: ignore[misc]
         self._delivery.close()
         self.scheduler.close()
         self._unsubscribe()
+        with self._focus_lock:
+            self._let_go()
         self._hub.release(self.follower)
 
     def _render_title(self, *events: object) -> None:

@@ -12,15 +12,15 @@ views are updated from that plain thread, which is what keeps a notebook
 widget live while another cell blocks in ``trainer.fit()`` (an event-loop
 callback would wait until the cell ends).
 
-Polling mode exists for NFS and Lustre, where a write from another host
-raises no inotify event on this one. It is chosen by flag, or when the run
-directory's mount is a network filesystem (:mod:`ckptdash.dash.feed.mounts`).
-Polling is the tailer's own
-``stat`` of each event file, which is cheaper than watchdog's
-``PollingObserver`` (that one snapshots the whole tree, checkpoints included,
-only to make us stat the event files again). Even with inotify the worker
-polls every ``refresh_s`` as a safety net, and to advance the clock that
-"last heartbeat 12 s ago" and stale detection read.
+Polling mode (:mod:`ckptdash.dash.feed.noticing`) exists for NFS and Lustre, where a
+write from another host raises no inotify event on this one. It is chosen by flag, or
+when the run directory's mount is a network filesystem
+(:mod:`ckptdash.dash.feed.mounts`). Even with inotify the worker polls every
+``refresh_s`` as a safety net, and to advance the clock that "last heartbeat 12 s ago"
+and stale detection read.
+
+In a folder, runs idle for minutes rest (:mod:`ckptdash.dash.feed.resting`): only their
+last snapshot is kept, and they are opened again when their files change.
 
 One :class:`RunFollower` per path serves every browser session:
 :class:`~ckptdash.dash.feed.hub.FollowerHub` counts the sessions and stops the
@@ -36,145 +36,29 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, TypeAlias
-
-from watchdog.events import (
-    DirCreatedEvent,
-    DirDeletedEvent,
-    DirMovedEvent,
-    FileCreatedEvent,
-    FileDeletedEvent,
-    FileModifiedEvent,
-    FileMovedEvent,
-    FileSystemEvent,
-    FileSystemEventHandler,
-)
-from watchdog.observers import Observer
-from watchdog.observers.api import BaseObserver
+from typing import TypeAlias
 
 from ckptdash import control
 from ckptdash.dash.feed.mounts import WatchMode, choose_mode
-from ckptdash.dash.feed.snapshot import FolderSnapshot, RunSnapshot, SnapshotBuilder
+from ckptdash.dash.feed.noticing import Inotify, Polling, Strategy
+from ckptdash.dash.feed.resting import (
+    CHECK_EVERY_S,
+    Fingerprint,
+    Resting,
+    fingerprint,
+    may_rest,
+    names_in,
+)
+from ckptdash.dash.feed.snapshot import FolderSnapshot, RunSnapshot, SnapshotBuilder, summarize
 from ckptdash.errors import CkptDashError, RunDirError
 from ckptdash.events import Settings
 from ckptdash.ops import liveness
-from ckptdash.rundir import CONTROL_DIR, EVENTS_DIR, RunDir, find_runs
+from ckptdash.rundir import EVENTS_DIR, RunDir, find_runs
 from ckptdash.state import RunState
 from ckptdash.state.reading import leave_snapshot, resume
 from ckptdash.tail import RunTailer
 
 log = logging.getLogger(__name__)
-
-# Only changes: opening or reading a file (our own tailer does both) must not wake us.
-_EVENT_FILTER: Final = [
-    FileModifiedEvent,
-    FileCreatedEvent,
-    FileMovedEvent,
-    FileDeletedEvent,
-    DirCreatedEvent,
-    DirMovedEvent,
-    DirDeletedEvent,
-]
-
-
-class _Wake(FileSystemEventHandler):
-    """Any change under a watched folder wakes the worker and says where it happened."""
-
-    def __init__(self, note: Callable[[str], None]) -> None:
-        self._note = note
-
-    def on_any_event(self, event: FileSystemEvent) -> None:
-        self._note(os.fsdecode(event.src_path))
-
-
-class _Polling:
-    """Polling: the worker's timer, every ``interval_s``, and the tailer's ``stat`` of each
-    event file; nothing to start or stop."""
-
-    mode: Final = "poll"
-
-    def __init__(self, reason: str, interval_s: float) -> None:
-        self.reason = reason
-        self.refresh_s = interval_s
-
-    def start(self) -> None:
-        pass
-
-    def watch_run(self, rd: RunDir) -> None:
-        pass
-
-    def stop(self, timeout: float) -> None:
-        pass
-
-    def describe(self) -> str:
-        return f"{self.reason}, every {self.refresh_s:g} s"
-
-
-class _Inotify:
-    """inotify through a watchdog Observer: every change under a watched folder calls ``note``;
-    the worker still polls every ``refresh_s`` as a safety net."""
-
-    mode: Final = "inotify"
-
-    def __init__(
-        self, path: Path, reason: str, refresh_s: float, note: Callable[[str], None]
-    ) -> None:
-        self.path = path
-        self.reason = reason
-        self.refresh_s = refresh_s
-        self._handler = _Wake(note)
-        self._observer: BaseObserver | None = None
-        self._watched: set[str] = set()
-
-    def start(self) -> None:
-        """Start the observer and watch the path; OSError when inotify is unavailable."""
-        observer = Observer()
-        observer.daemon = True
-        observer.start()
-        self._observer = observer
-        self._watch(str(self.path), recursive=False)
-
-    def watch_run(self, rd: RunDir) -> None:
-        """Add inotify watches as a run's folders appear: events/ and control/, never
-        checkpoints/ (a big save writes millions of times)."""
-        if self._observer is None:
-            return
-        wanted = [(str(rd.root), False), (str(rd.root / EVENTS_DIR), False)]
-        wanted.append((str(rd.root / CONTROL_DIR), True))
-        for folder, recursive in wanted:
-            if (
-                folder not in self._watched
-                and os.path.isdir(folder)
-                and self._watch(folder, recursive=recursive)
-            ):
-                self._watched.add(folder)
-
-    def stop(self, timeout: float) -> None:
-        if self._observer is not None:
-            self._observer.stop()
-            self._observer.join(timeout)
-            self._observer = None
-
-    def describe(self) -> str:
-        return f"{self.reason}, checked every {self.refresh_s:g} s"
-
-    def _watch(self, folder: str, *, recursive: bool) -> bool:
-        if self._observer is None:
-            return False
-        try:
-            self._observer.schedule(
-                self._handler, folder, recursive=recursive, event_filter=_EVENT_FILTER
-            )
-        except OSError as exc:
-            # Out of inotify watches, or the folder vanished: the safety poll still sees it.
-            log.info(
-                "ckptdash: cannot watch %s (%s); polled every %g s", folder, exc, self.refresh_s
-            )
-            return False
-        return True
-
-
-_Strategy: TypeAlias = _Inotify | _Polling
 
 
 @dataclass
@@ -190,6 +74,7 @@ class _Run:
     settings_error: str = ""
     settings_key: object = None
     covered: int = 0  # bytes of log its snapshot covers (ckptdash.state.snapshot)
+    awake_since: float | None = None  # when a resting run was opened again
 
 
 Subscriber: TypeAlias = Callable[[FolderSnapshot], None]
@@ -224,10 +109,10 @@ class RunFollower:
         self.path = Path(path)
         self.poll_interval_s = poll_interval_s
         chosen, reason = choose_mode(self.path, mode)
-        self._strategy: _Strategy = (
-            _Inotify(self.path, reason, refresh_s, self._note)
+        self._strategy: Strategy = (
+            Inotify(self.path, reason, refresh_s, self._note)
             if chosen == "inotify"
-            else _Polling(reason, poll_interval_s)
+            else Polling(reason, poll_interval_s)
         )
         self._min_gap_s = min_gap_s  # bursts of appends are read together, not line by line
         self._clock = clock
@@ -237,6 +122,8 @@ class RunFollower:
         self._lock = threading.Lock()  # guards subscribers and latest
         self._subscribers: list[Subscriber] = []
         self._runs: dict[str, _Run] = {}
+        self._resting: dict[str, Resting] = {}
+        self._focus: dict[str, int] = {}  # roots sessions show, with how many (guarded by _lock)
         self._runs_tuple: tuple[RunSnapshot, ...] = ()
         self._version = 0
         self._problem = ""
@@ -271,7 +158,7 @@ class RunFollower:
             self._strategy.start()
         except OSError as exc:  # inotify instances exhausted: fall back, say why (as watchdog does)
             reason = f"polling (inotify unavailable: {exc.strerror or exc})"
-            self._strategy = _Polling(reason, self.poll_interval_s)
+            self._strategy = Polling(reason, self.poll_interval_s)
             log.warning("ckptdash: %s: %s", self.path, reason)
         self._thread = threading.Thread(
             target=self._run, name=f"ckptdash-watch:{self.path.name}", daemon=True
@@ -322,6 +209,28 @@ class RunFollower:
                     self._subscribers.remove(fn)
 
         return unsubscribe
+
+    def focus(self, root: str) -> Callable[[], None]:
+        """Keep run ``root`` whole while a session shows it (a resting run is opened again at
+        once, see :mod:`ckptdash.dash.feed.resting`); returns the function that lets go."""
+        root = str(root)
+        with self._lock:
+            self._focus[root] = self._focus.get(root, 0) + 1
+        self._wake.set()
+        released = threading.Event()
+
+        def release() -> None:
+            if released.is_set():
+                return
+            released.set()
+            with self._lock:
+                left = self._focus.get(root, 0) - 1
+                if left > 0:
+                    self._focus[root] = left
+                else:
+                    self._focus.pop(root, None)
+
+        return release
 
     # --- the worker --------------------------------------------------------------------------
 
@@ -377,7 +286,7 @@ class RunFollower:
                 continue
             first = rel.split(os.sep, 1)[0]
             root = str(self.path / first)
-            if first == "." or root not in self._runs:
+            if first == "." or (root not in self._runs and root not in self._resting):
                 return None  # the folder itself changed: maybe a new run
             roots.add(root)
         return roots
@@ -386,9 +295,15 @@ class RunFollower:
         self.polls += 1
         if roots is None:
             self._discover()
-        for root, run in list(self._runs.items()):
-            if roots is not None and root not in roots:
+        with self._lock:
+            focused = set(self._focus)
+        woken = self._wake_changed(roots, focused)
+        for root in list(self._runs):  # not a list of the runs: one that rests is freed at once
+            if roots is not None and root not in roots and root not in woken:
                 continue
+            run = self._runs[root]
+            # Before the read: what the run rests with, if it may (changes after it wake it).
+            seen = None if root in focused else self._before_rest(run)
             records, sightings = run.state.apply_all(run.tailer.batches())
             run.sightings += sightings
             changed = records > 0
@@ -400,7 +315,7 @@ class RunFollower:
             gone = liveness.gone_here(run.state, now=self._clock())
             last = run.builder.last
             if changed or last is None or set(gone) != set(last.gone):
-                run.builder.take(
+                last = run.builder.take(
                     run.state,
                     sightings=run.sightings,
                     settings=run.settings,
@@ -408,7 +323,51 @@ class RunFollower:
                     settings_key=run.settings_key,
                     gone=gone,
                 )
-            self._strategy.watch_run(run.rd)
+            idle = last is not None and may_rest(last, self._clock(), run.awake_since)
+            if seen is not None and last is not None and idle and run.tailer.caught_up:
+                del self._runs[root]
+                self._strategy.unwatch_run(run.rd)
+                self._resting[root] = Resting(run.rd, summarize(last), hash(seen), time.monotonic())
+            else:
+                self._strategy.watch_run(run.rd)
+
+    def _before_rest(self, run: _Run) -> Fingerprint | None:
+        """A run of a folder that may rest after this poll (a first read, or an idle run): its
+        files' fingerprint, and every event file made due however cold (see :mod:`.resting`)."""
+        last = run.builder.last
+        if not self._is_folder:
+            return None
+        if last is not None and not may_rest(last, self._clock(), run.awake_since):
+            return None
+        seen = fingerprint(run.rd)
+        run.tailer.touch(names_in(seen, EVENTS_DIR))
+        return seen
+
+    def _wake_changed(self, roots: set[str] | None, focused: set[str]) -> set[str]:
+        """Open again the resting runs a session shows, and those whose files changed: at once
+        for those in ``roots`` (an inotify report), every :data:`~.resting.CHECK_EVERY_S` for
+        all. Returns their roots."""
+        woken = set()
+        tick = time.monotonic()
+        for root, rest in list(self._resting.items()):
+            if root not in focused:
+                due = tick - rest.checked_at >= CHECK_EVERY_S
+                if not (due or (roots is not None and root in roots)):
+                    continue
+                rest.checked_at = tick
+                if hash(fingerprint(rest.rd)) == rest.seen:
+                    continue
+            del self._resting[root]
+            run = self._open(rest.rd)
+            run.awake_since = self._clock()
+            run.builder.continue_from(rest.snapshot)
+            self._runs[root] = run
+            woken.add(root)
+        return woken
+
+    def _open(self, rd: RunDir) -> _Run:
+        state, tailer, since = resume(rd)  # from the snapshot, when one can be trusted
+        return _Run(rd, tailer, state, SnapshotBuilder(str(rd.root)), covered=since)
 
     def _discover(self) -> None:
         """Find the runs (new ones join as they appear); note why there are none."""
@@ -427,9 +386,8 @@ class RunFollower:
         self._is_folder = not RunDir(self.path).is_run()
         for rd in runs:
             root = str(rd.root)
-            if root not in self._runs:
-                state, tailer, since = resume(rd)  # from the snapshot, when one can be trusted
-                self._runs[root] = _Run(rd, tailer, state, SnapshotBuilder(root), covered=since)
+            if root not in self._runs and root not in self._resting:
+                self._runs[root] = self._open(rd)
 
     def _read_settings(self, run: _Run) -> bool:
         """Re-read settings.json when it changed (a stat per poll); True if it did."""
@@ -451,11 +409,9 @@ class RunFollower:
         return True
 
     def _publish(self) -> None:
-        snaps = tuple(
-            run.builder.last
-            for _, run in sorted(self._runs.items())
-            if run.builder.last is not None
-        )
+        latest = {root: run.builder.last for root, run in self._runs.items()}
+        latest.update((root, rest.snapshot) for root, rest in self._resting.items())
+        snaps = tuple(snap for _, snap in sorted(latest.items()) if snap is not None)
         if len(snaps) != len(self._runs_tuple) or any(
             a is not b for a, b in zip(snaps, self._runs_tuple, strict=False)
         ):

@@ -128,6 +128,10 @@ class RunSnapshot:
     """What the health detectors read (:func:`ckptdash.analysis.health.detect` runs on it as the
     clock
     moves); also the newest attempt's ranks, for the ranks view."""
+    summary: bool = False
+    """Only what the run list shows (a resting run nobody looks at,
+    :mod:`ckptdash.dash.feed.resting`): no checkpoints, series, metrics, commands or health.
+    The follower opens the run again as soon as a session selects it."""
 
     @property
     def newest(self) -> AttemptInfo | None:
@@ -143,6 +147,25 @@ class RunSnapshot:
     def valid_paths(self) -> frozenset[str]:
         """Paths of checkpoints that are resume candidates (the only ones a pin may name)."""
         return frozenset(c.path for c in self.checkpoints if c.status == "saved")
+
+
+def summarize(snap: RunSnapshot) -> RunSnapshot:
+    """``snap`` with only what the run list and the default selection read: the attempts and
+    their times, signals, requeues, counts, settings; the rest, which grows with the run, left
+    out (:attr:`RunSnapshot.summary`)."""
+    if snap.summary:
+        return snap
+    return dataclasses.replace(
+        snap,
+        checkpoints=(),
+        exceptions=(),
+        commands=(),
+        series={},
+        metrics={},
+        anomalies=(),
+        health=None,
+        summary=True,
+    )
 
 
 @dataclass(frozen=True)
@@ -171,6 +194,11 @@ class SnapshotBuilder:
         self._version = 0
         self._resume_sig: object = None
         self._decoder = MetricDecoder()
+
+    def continue_from(self, snap: RunSnapshot) -> None:
+        """Go on from ``snap``, the run's last snapshot before it rested and was opened again
+        (:mod:`ckptdash.dash.feed.resting`): the versions of its snapshots keep rising."""
+        self._version = max(self._version, snap.version)
 
     def take(
         self,
