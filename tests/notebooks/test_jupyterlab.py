@@ -65,7 +65,7 @@ REPO = Path(__file__).parents[2]
 KERNEL = "ckptdash-test-venv"
 NOTEBOOK = "live.ipynb"
 LOCAL_HOSTS = {"127.0.0.1", "localhost"}
-TRAIN_SECONDS = 35  # the training cell's busy time: Lightning's max_time, whatever the load
+TRAIN_SECONDS = 20  # the training cell's busy time: Lightning's max_time, whatever the load
 
 # Cell 1: the widget, as the quickstart shows it. The kernel's pid lets the teardown make sure
 # the kernel is gone even if the server did not stop it.
@@ -310,7 +310,7 @@ def _look(page: Page, last: int, timeout_ms: float) -> dict[str, Any]:
 
 def test_widget_follows_training_while_the_cell_runs(lab: Lab) -> None:
     """In JupyterLab, cell 1 shows ``ckptdash.dashboard(run_dir)``; cell 2 trains a Lightning
-    model for ~35 s. While cell 2 is still running, the step in cell 1's widget advances at
+    model for ~20 s. While cell 2 is still running, the step in cell 1's widget advances at
     least twice (three increasing values, each read while cell 2's prompt is ``[*]``); a click
     on the widget's Save now makes the training save, answered in the widget before the cell
     ends. The browser has no internet: the widget's
@@ -384,9 +384,9 @@ def test_widget_follows_training_while_the_cell_runs(lab: Lab) -> None:
             browser.close()
 
 
-def _set_dark_theme(lab: Lab) -> None:
-    """Switch JupyterLab to its Dark theme, as Settings > Theme > JupyterLab Dark does."""
-    body = json.dumps({"raw": json.dumps({"theme": "JupyterLab Dark"})}).encode()
+def _set_theme(lab: Lab, theme: str) -> None:
+    """Switch JupyterLab's theme, as Settings > Theme > JupyterLab Dark does."""
+    body = json.dumps({"raw": json.dumps({"theme": theme})}).encode()
     request = urllib.request.Request(
         f"{lab.url}/lab/api/settings/@jupyterlab/apputils-extension:themes",
         data=body,
@@ -435,7 +435,7 @@ def test_widget_follows_jupyterlab_dark(lab: Lab) -> None:
     nb.metadata["kernelspec"] = {"name": KERNEL, "display_name": KERNEL, "language": "python"}
     nb.cells = [nbformat.v4.new_code_cell('import ckptdash\nckptdash.dashboard("sample")')]
     nbformat.write(nb, lab.root / "dark.ipynb")
-    _set_dark_theme(lab)
+    _set_theme(lab, "JupyterLab Dark")
     with sync_playwright() as p:
         browser = launch_chromium(p)
         try:

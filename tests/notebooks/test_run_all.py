@@ -26,6 +26,7 @@ from typing import Any
 import nbformat
 import pytest
 
+from tests.notebooks import test_jupyterlab as lab_tier
 from tests.notebooks.test_jupyterlab import (
     _LOOK_JS,
     KERNEL,
@@ -66,7 +67,9 @@ def _home(home: Path, root: Path) -> dict[str, str]:
     settings (no settings file at all: windowing as shipped); returns the environment."""
     env = offline_jupyter_home(home, KERNEL, REPO)
     train = TRAIN_CELL.replace("enable_checkpointing=False,", "")
-    train = train.replace("timedelta(seconds=35)", f"timedelta(seconds={TRAIN_SECONDS})")
+    lab_s = lab_tier.TRAIN_SECONDS
+    train = train.replace(f"timedelta(seconds={lab_s})", f"timedelta(seconds={TRAIN_SECONDS})")
+    assert f"timedelta(seconds={TRAIN_SECONDS})" in train, "the training cell changed: adapt this"
     train = train.replace(
         "callbacks=[CkptDashCallback(run_dir, heartbeat_interval_s=0.5)],",
         "callbacks=[CkptDashCallback(run_dir, heartbeat_interval_s=0.5),"
