@@ -33,6 +33,8 @@ from ckptdash.state.reading import load_state
 from ckptdash.train import loggers
 from tests import wandb_offline
 from tests.frameworks.hf_tiny import trainer
+from tests.frameworks.launch import torchrun2
+from tests.logger_files import attached, rank_pids, tensorboard_pid, wandb_pid
 from tests.train.test_distributed import job_env
 
 pytestmark = pytest.mark.integration
@@ -161,3 +163,63 @@ def test_report_to_loggers_continue_one_run_across_a_kill(tmp_path: Path, offlin
     state = load_state(run)
     assert state.loggers["wandb"].redone == state.loggers["mlflow"].redone == "dropped"
     assert (state.loggers["mlflow"].attempt, state.loggers["mlflow"].step) == (1, 5)
+
+
+def test_two_ranks_report_once_into_one_run_across_a_requeue_and_a_kill(
+    tmp_path: Path, offline: None
+) -> None:
+    """torchrun x2 (gloo), three launches: SIGUSR2 to rank 1 at step 3 (saved there,
+    requeued), then killed without warning (agent and both ranks) at step 13 after the save at
+    10, then to 15. TensorBoard: every step once, each with the value of the attempt that ran
+    it last; MLflow: one run, every step once (the killed attempt's kept); W&B: one run id, no
+    step twice; only rank 0 wrote logger files and recorded logger runs."""
+    run, out = tmp_path / "run", tmp_path / "out"
+    rank0, rank1 = [], []
+    for restart, options in enumerate([["--signal-at", "3"], ["13"], []]):
+        torchrun2(
+            tmp_path, f"launch{restart}", WORKER, str(run), str(out), "15", *options,
+            "--tag", str(restart), slurm_restart=restart, killed=restart == 1,
+        )  # fmt: skip
+        for pids, pid in zip((rank0, rank1), rank_pids(run), strict=True):
+            pids.append(pid)
+    assert (tmp_path / "scontrol.log").read_text().split() == ["requeue", "4242"]
+    state = load_state(run)
+    (saved,) = [c.step for c in state.checkpoints.values() if c.trigger == "signal"]
+    assert saved is not None and 3 <= saved < 10
+    by_path = {c.path: c.step for c in state.checkpoints.values()}
+    assert [by_path[str(state.attempts[n].resumed_from)] for n in (1, 2)] == [saved, 10]
+
+    def tag(step: int, killed_kept_through: int) -> float:
+        return 0.0 if step <= saved else 1.0 if step <= killed_kept_through else 2.0
+
+    derived = f"ckptdash-{RunDir(run).info().run_id}"
+    folder = run / "tensorboard" / derived
+    files = sorted(folder.glob("events.out.tfevents.*"))
+    assert len(files) == 5, files  # a writer per attempt, ckptdash's purge mark in the later two
+    assert {tensorboard_pid(f) for f in files} == set(rank0)
+    acc = event_accumulator.EventAccumulator(str(folder))
+    acc.Reload()
+    rows = [(e.step, e.value) for e in acc.Scalars("train/tag")]
+    assert rows == [(s, tag(s, 10)) for s in range(1, 16)], rows
+
+    client = mlflow.MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
+    (ml_run,) = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    history = [(int(m.step), m.value) for m in client.get_metric_history(ml_run.info.run_id, "tag")]
+    assert sorted(s for s, _ in history) == list(range(1, 16)), "MLflow: each step once"
+    # Appends only: the steps the killed attempt logged (through 12: it was seen at 13, which
+    # the Trainer logs after the hook that killed it) keep its values.
+    assert dict(history) == {s: tag(s, 12) for s in range(1, 16)}
+
+    offline_runs = sorted((tmp_path / "wandb-home" / "wandb").glob("offline-run-*"))
+    assert len(offline_runs) == 3 and all(p.name.endswith(derived) for p in offline_runs)
+    assert {wandb_pid(p) for p in offline_runs} == set(rank0)
+    rows = wandb_offline.logged(offline_runs, "train/global_step", "train/tag")
+    steps = [s for s, _ in rows]
+    assert len(steps) == len(set(steps)), f"W&B: a step logged twice: {sorted(steps)}"
+    assert all(v == tag(s, 12) for s, v in rows), rows
+    # The killed attempt may have lost what W&B had not written yet (docs/loggers.md).
+    assert set(range(1, saved + 1)) | set(range(13, 16)) <= set(steps), sorted(steps)
+
+    events = attached(run)
+    assert len(events) == 9 and {e.rank for e in events} == {0}  # 3 loggers x 3 attempts
+    assert not set(rank1) & set(rank0)
