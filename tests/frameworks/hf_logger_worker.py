@@ -7,7 +7,8 @@ from ``ckptdash.resume_path``, saves every 5 steps; with KILL_AT, rank 0 SIGKILL
 agent and the other rank too) at the end of that step, no handler running;
 ``--signal-at N``: rank 1 alone sends itself SIGUSR2 at the end of step N (ckptdash
 saves, requeues, stops); ``--tag T``: every step's log the Trainer reports holds ``tag`` =
-T (which attempt logged a value).
+T (which attempt logged a value). Each rank writes the step its training starts from to
+``RUN_DIR.start<rank>`` and the one it ended at to ``RUN_DIR.done<rank>``.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from transformers import TrainerCallback
 
 import ckptdash
 from ckptdash.hf import CkptDashCallback
-from tests.frameworks.hf_tiny import SignalAt, trainer
+from tests.frameworks.hf_tiny import SignalAt, StartedAt, trainer
 from tests.train.helpers import kill_job, note_pid
 
 
@@ -45,7 +46,8 @@ def main() -> None:
     note_pid(args.run_dir)
     callbacks: list[Any] = [
         CkptDashCallback(args.run_dir, agree_interval_s=1e-4, poll_interval_s=1e-4,
-                         pulse_interval_s=0.02)
+                         pulse_interval_s=0.02),
+        StartedAt(args.run_dir),
     ]  # fmt: skip
     if args.signal_at is not None:
         callbacks.insert(0, SignalAt(args.signal_at))
@@ -62,6 +64,7 @@ def main() -> None:
 
         t.log = tagged  # type: ignore[method-assign]
     t.train(resume_from_checkpoint=ckptdash.resume_path(args.run_dir))
+    Path(f"{args.run_dir}.done{t.args.process_index}").write_text(str(t.state.global_step))
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ from transformers import TrainerCallback
 
 import ckptdash
 from ckptdash.hf import CkptDashCallback
-from ckptdash.rundir import RunDir
+from ckptdash.rundir import RunDir, manifest
 from ckptdash.state.reading import load_state
 from ckptdash.train import loggers
 from tests import wandb_offline
@@ -136,18 +136,22 @@ def test_report_to_loggers_continue_one_run_across_a_crash(tmp_path: Path, offli
 
 
 def test_report_to_loggers_continue_one_run_across_a_kill(tmp_path: Path, offline: None) -> None:
-    """Saved at step 5, killed without warning (SIGKILL) at 8, resumed to 12, each attempt
-    its own process: TensorBoard and MLflow show each step once, W&B no step twice in one
-    run id. (W&B's offline service writes 32 KiB blocks: what the killed attempt logged is
-    lost with it, so W&B holds only the resumed attempt's steps from 8 on; docs/loggers.md.)"""
+    """Saved at step 5, killed without warning (SIGKILL) at 8 in a process of its own, resumed
+    to 12 (in this process: a launch less): TensorBoard and MLflow show each step once, W&B no
+    step twice in one run id. (W&B's offline service writes 32 KiB blocks: what the killed
+    attempt logged is lost with it, so W&B holds only the resumed attempt's steps from 8 on;
+    docs/loggers.md.)"""
+    run, out = tmp_path / "run", tmp_path / "out"
     env = dict(job_env(tmp_path), **{k: os.environ[k] for k in _OFFLINE_ENV})
-    argv = [sys.executable, str(WORKER), str(tmp_path / "run"), str(tmp_path / "out"), "12"]
-    killed = subprocess.run([*argv, "8"], env=env, capture_output=True, text=True, timeout=240)
+    argv = [sys.executable, str(WORKER), str(run), str(out), "12", "8"]
+    killed = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=240)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
-    resumed = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=240)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    report = {"report_to": ["tensorboard", "wandb", "mlflow"], "save_steps": 5}
+    t = trainer(out, steps=12, callbacks=[CkptDashCallback(run, **FAST)], **report)
+    t.train(resume_from_checkpoint=ckptdash.resume_path(run))
+    assert t.state.global_step == 12
+    wandb.finish()  # W&B writes its offline file in 32 KiB blocks: the rest at finish
 
-    run = tmp_path / "run"
     derived = f"ckptdash-{RunDir(run).info().run_id}"
     acc = event_accumulator.EventAccumulator(str(run / "tensorboard" / derived))
     acc.Reload()
@@ -168,13 +172,15 @@ def test_report_to_loggers_continue_one_run_across_a_kill(tmp_path: Path, offlin
 def test_two_ranks_report_once_into_one_run_across_a_requeue_and_a_kill(
     tmp_path: Path, offline: None
 ) -> None:
-    """torchrun x2 (gloo), three launches: SIGUSR2 to rank 1 at step 3 (saved there,
-    requeued), then killed without warning (agent and both ranks) at step 13 after the save at
-    10, then to 15. TensorBoard: every step once, each with the value of the attempt that ran
-    it last; MLflow: one run, every step once (the killed attempt's kept); W&B: one run id, no
-    step twice; only rank 0 wrote logger files and recorded logger runs."""
+    """torchrun x2 (gloo), three launches: SIGUSR2 to rank 1 alone at step 3 (both ranks save
+    the same checkpoint-N, with both ranks' RNG files in its manifest, requeue once, stop there
+    and end train() normally), then killed without warning (agent and both ranks) at step 13
+    after the save at 10, then to 15, both ranks resuming together each time. TensorBoard:
+    every step once, each with the value of the attempt that ran it last; MLflow: one run,
+    every step once (the killed attempt's kept); W&B: one run id, no step twice; only rank 0
+    wrote logger files and recorded logger runs."""
     run, out = tmp_path / "run", tmp_path / "out"
-    rank0, rank1 = [], []
+    rank0, rank1, starts = [], [], []
     for restart, options in enumerate([["--signal-at", "3"], ["13"], []]):
         torchrun2(
             tmp_path, f"launch{restart}", WORKER, str(run), str(out), "15", *options,
@@ -182,12 +188,24 @@ def test_two_ranks_report_once_into_one_run_across_a_requeue_and_a_kill(
         )  # fmt: skip
         for pids, pid in zip((rank0, rank1), rank_pids(run), strict=True):
             pids.append(pid)
+        starts.append({Path(f"{run}.start{r}").read_text() for r in (0, 1)})
+        if restart == 0:
+            ends = {Path(f"{run}.done{r}").read_text() for r in (0, 1)}
+            (ckpt,) = [c for c in load_state(run).checkpoints.values() if c.trigger == "signal"]
+            assert ckptdash.resume_path(run) == ckpt.path
     assert (tmp_path / "scontrol.log").read_text().split() == ["requeue", "4242"]
+    saved = ckpt.step
+    assert saved is not None and 3 <= saved < 10 and ends == {str(saved)}
+    listed = {e.path for e in manifest.read(ckpt.path)[0].files}
+    assert {"rng_state_0.pth", "rng_state_1.pth", "optimizer.pt"} <= listed
     state = load_state(run)
-    (saved,) = [c.step for c in state.checkpoints.values() if c.trigger == "signal"]
-    assert saved is not None and 3 <= saved < 10
+    assert [(s.rank, s.signal) for s in state.signals] == [(1, "SIGUSR2")]
+    assert starts == [{"0"}, {str(saved)}, {"10"}]
+    assert {Path(f"{run}.done{r}").read_text() for r in (0, 1)} == {"15"}
+    assert state.attempts[1].resumed_from == ckpt.path
     by_path = {c.path: c.step for c in state.checkpoints.values()}
-    assert [by_path[str(state.attempts[n].resumed_from)] for n in (1, 2)] == [saved, 10]
+    assert by_path[str(state.attempts[2].resumed_from)] == 10
+    assert (state.attempts[2].outcome, state.attempts[2].step) == ("finished", 15)
 
     def tag(step: int, killed_kept_through: int) -> float:
         return 0.0 if step <= saved else 1.0 if step <= killed_kept_through else 2.0
