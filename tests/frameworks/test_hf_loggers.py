@@ -36,11 +36,13 @@ from tests.frameworks.hf_tiny import trainer
 from tests.frameworks.launch import torchrun2
 from tests.logger_files import attached, rank_pids, tensorboard_pid, wandb_pid
 from tests.train.test_distributed import job_env
+from tests.wandb_launcher import launcher_service
 
 pytestmark = pytest.mark.integration
 
 FAST = {"agree_interval_s": 1e-4, "poll_interval_s": 1e-4}
 WORKER = Path(__file__).with_name("hf_logger_worker.py")
+_OWN_SERVICE = "ckptdash: W&B: this attempt starts its own wandb service"
 _OFFLINE_ENV = ("WANDB_MODE", "WANDB_DIR", "WANDB_SILENT", "WANDB_PROJECT",
                 "MLFLOW_ALLOW_FILE_STORE", "MLFLOW_TRACKING_URI")  # fmt: skip
 
@@ -169,8 +171,19 @@ def test_report_to_loggers_continue_one_run_across_a_kill(tmp_path: Path, offlin
     assert (state.loggers["mlflow"].attempt, state.loggers["mlflow"].step) == (1, 5)
 
 
+@pytest.fixture
+def shared_wandb_service(offline: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every launch inherits ``WANDB_SERVICE``: the W&B service of a launcher process, as the
+    workers of a launcher that called ``wandb.setup()`` do (see test_lightning_loggers)."""
+    env = dict(os.environ)
+    env.pop("WANDB_SERVICE", None)
+    with launcher_service(env) as token:
+        monkeypatch.setenv("WANDB_SERVICE", token)  # job_env passes it on
+        yield
+
+
 def test_two_ranks_report_once_into_one_run_across_a_requeue_and_a_kill(
-    tmp_path: Path, offline: None
+    tmp_path: Path, shared_wandb_service: None
 ) -> None:
     """torchrun x2 (gloo), three launches: SIGUSR2 to rank 1 alone at step 3 (both ranks save
     the same checkpoint-N, with both ranks' RNG files in its manifest, requeue once, stop there
@@ -178,14 +191,16 @@ def test_two_ranks_report_once_into_one_run_across_a_requeue_and_a_kill(
     after the save at 10, then to 15, both ranks resuming together each time. TensorBoard:
     every step once, each with the value of the attempt that ran it last; MLflow: one run,
     every step once (the killed attempt's kept); W&B: one run id, no step twice; only rank 0
-    wrote logger files and recorded logger runs."""
+    wrote logger files and recorded logger runs. The launches inherit a launcher's W&B
+    service: in each later attempt rank 0 alone leaves it, and says so once."""
     run, out = tmp_path / "run", tmp_path / "out"
     rank0, rank1, starts = [], [], []
     for restart, options in enumerate([["--signal-at", "3"], ["13"], []]):
-        torchrun2(
+        output = torchrun2(
             tmp_path, f"launch{restart}", WORKER, str(run), str(out), "15", *options,
             "--tag", str(restart), slurm_restart=restart, killed=restart == 1,
         )  # fmt: skip
+        assert output.count(_OWN_SERVICE) == (0 if restart == 0 else 1), output[-6000:]
         for pids, pid in zip((rank0, rank1), rank_pids(run), strict=True):
             pids.append(pid)
         starts.append({Path(f"{run}.start{r}").read_text() for r in (0, 1)})
