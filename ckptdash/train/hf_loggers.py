@@ -19,7 +19,7 @@ from typing import Any
 
 from ckptdash.resume import choose_resume
 from ckptdash.rundir import RunDir
-from ckptdash.train import loggers
+from ckptdash.train import dist, loggers
 from ckptdash.train.monitor import Monitor
 
 _TENSORBOARD_DIR = "TENSORBOARD_LOGGING_DIR"
@@ -35,7 +35,9 @@ def name_runs(run: RunDir) -> None:
     _set(_TENSORBOARD_DIR, str(Path(run.root).absolute() / "tensorboard" / derived))
     _set("WANDB_RUN_ID", derived)
     _set("WANDB_RESUME", "allow")
-    if os.environ.get("WANDB_RUN_ID") == derived:  # ckptdash's id: see own_wandb_service
+    if os.environ.get("WANDB_RUN_ID") == derived and dist.rank() == 0:
+        # ckptdash's id (see own_wandb_service), in the process that reports: the Trainer's
+        # W&B run is rank 0's, and the other ranks, which open none, say nothing of it.
         loggers.own_wandb_service(again=bool(run.event_files()))
     mlflow = loggers.recorded_loggers(run).get("mlflow")
     _set("MLFLOW_RUN_ID", mlflow.id if mlflow is not None and mlflow.id else None)

@@ -1,17 +1,10 @@
-"""A tiny Hugging Face Trainer job (no downloads): a 1-layer BERT built from a config.
-
-Imported by the tests and run as a script by the torchrun test:
-``python -m torch.distributed.run --nproc-per-node=2 hf_tiny.py RUN_DIR OUT_DIR STEPS [SIG_AT]``:
-with SIG_AT, rank 1 alone sends itself SIGUSR2 at the end of that step. Each rank writes the
-step its training starts from to ``RUN_DIR.start<rank>`` and the one it ended at to
-``RUN_DIR.done<rank>``.
-"""
+"""A tiny Hugging Face Trainer job (no downloads): a 1-layer BERT built from a config, and
+callbacks the 2-rank test (hf_logger_worker.py under torchrun) uses."""
 
 from __future__ import annotations
 
 import os
 import signal
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +19,6 @@ from transformers import (
     TrainerCallback,
     TrainingArguments,
 )
-
-import ckptdash
-from ckptdash.hf import CkptDashCallback
 
 
 class RandomTokens(torch.utils.data.Dataset):  # type: ignore[type-arg]
@@ -100,14 +90,3 @@ class StartedAt(TrainerCallback):
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         Path(f"{self.run_dir}.start{args.process_index}").write_text(str(state.global_step))
-
-
-if __name__ == "__main__":
-    run_dir, out_dir, steps = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
-    cb = CkptDashCallback(run_dir, agree_interval_s=0.01, poll_interval_s=0.01)
-    callbacks: list[Any] = [cb, StartedAt(run_dir)]
-    if len(sys.argv) > 4:
-        callbacks.insert(0, SignalAt(int(sys.argv[4])))
-    t = trainer(out_dir, steps=steps, callbacks=callbacks, save_steps=3, save_total_limit=2)
-    t.train(resume_from_checkpoint=ckptdash.resume_path(run_dir))
-    Path(f"{run_dir}.done{t.args.process_index}").write_text(str(t.state.global_step))

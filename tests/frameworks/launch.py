@@ -15,10 +15,16 @@ from tests.train.test_distributed import _free_port, job_env
 LAUNCH_TIMEOUT_S = 180.0
 
 
-def torchrun2(tmp_path: Path, name: str, script: Path, *args: str) -> str:
-    """Run ``script args`` on 2 ranks; return its output. A hang is killed and fails the test."""
+def torchrun2(
+    tmp_path: Path, name: str, script: Path, *args: str, slurm_restart: int | None = None,
+    killed: bool = False,
+) -> str:  # fmt: skip
+    """Run ``script args`` on 2 ranks; return its output. A hang is killed and fails the test.
+
+    ``slurm_restart``: as a (fake) SLURM job 4242 at that restart count (``job_env``);
+    ``killed``: the job is expected to be SIGKILLed (its agent too) instead of exiting 0."""
     log = tmp_path / f"{name}.log"
-    env = job_env(tmp_path)
+    env = job_env(tmp_path, slurm_restart=slurm_restart)
     env["HF_HUB_OFFLINE"] = "1"
     argv = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2"]
     argv += ["--master-addr=127.0.0.1", f"--master-port={_free_port()}", str(script), *args]
@@ -34,5 +40,6 @@ def torchrun2(tmp_path: Path, name: str, script: Path, *args: str) -> str:
         proc.wait()
         pytest.fail(f"{name}: torchrun hung for {LAUNCH_TIMEOUT_S} s:\n{log.read_text()[-6000:]}")
     text = log.read_text(errors="replace")
-    assert rc == 0, f"{name}: torchrun exited {rc}:\n{text[-6000:]}"
+    expected = -signal.SIGKILL if killed else 0
+    assert rc == expected, f"{name}: torchrun exited {rc}, not {expected}:\n{text[-6000:]}"
     return text

@@ -26,6 +26,9 @@ from tensorboard.backend.event_processing.event_file_loader import EventFileLoad
 
 from ckptdash.rundir import RunDir
 from ckptdash.state.reading import load_state
+from tests.frameworks import accelerate_logger_worker
+from tests.frameworks.launch import torchrun2
+from tests.logger_files import attached, rank_pids, tensorboard_pid
 from tests.train.test_distributed import job_env
 
 pytestmark = pytest.mark.integration
@@ -34,21 +37,18 @@ WORKER = Path(__file__).with_name("accelerate_logger_worker.py")
 
 
 def test_accelerate_tensorboard_continues_one_run_across_a_kill(tmp_path: Path) -> None:
-    """Saved at step 9, killed without warning at 13, resumed from that save to 20: one
-    TensorBoard folder ``<project>/ckptdash-<run id>``, every step once, steps 10-12 (logged
-    by the killed attempt, then redone) with the second attempt's values; the run records the
-    folder, ``replaced``."""
+    """Saved at step 9, killed without warning at 13 (a process of its own), resumed from
+    that save to 20 (in this process: a launch less): one TensorBoard folder
+    ``<project>/ckptdash-<run id>``, every step once, steps 10-12 (logged by the killed
+    attempt, then redone) with the second attempt's values; the run records the folder,
+    ``replaced``."""
     run, project = tmp_path / "run", tmp_path / "project"
-    env = job_env(tmp_path)
-
-    def launch(tag: str, *kill_at: str) -> subprocess.CompletedProcess[str]:
-        argv = [sys.executable, str(WORKER), str(run), str(project), "20", tag, *kill_at]
-        return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=180)
-
-    killed = launch("0", "13")
+    argv = [sys.executable, str(WORKER), str(run), str(project), "20", "0", "13"]
+    killed = subprocess.run(
+        argv, env=job_env(tmp_path), capture_output=True, text=True, timeout=180
+    )
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
-    resumed = launch("1")
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    accelerate_logger_worker.main([str(run), str(project), "20", "1"])
 
     derived = f"ckptdash-{RunDir(run).info().run_id}"
     (folder,) = [p for p in project.iterdir() if p.name.startswith("ckptdash-")]
@@ -62,6 +62,42 @@ def test_accelerate_tensorboard_continues_one_run_across_a_kill(tmp_path: Path) 
     assert rows == [(s, 0.0 if s <= 9 else 1.0) for s in range(20)], rows
     record = load_state(run).loggers["tensorboard"]
     assert (record.id, record.attempt, record.step, record.redone) == (derived, 1, 9, "replaced")
+
+
+def test_two_ranks_log_once_into_one_run_across_a_requeue_and_a_kill(tmp_path: Path) -> None:
+    """torchrun x2 (gloo), three launches: SIGUSR2 to rank 1 after step 2 (saved there,
+    requeued), then killed without warning (agent and both ranks) at step 13 after the save
+    at 9, then to 20: one TensorBoard folder, every step once, each with the value of the
+    attempt that ran it last; only rank 0 (Accelerate's main process) wrote event files and
+    recorded the tracker."""
+    run, project = tmp_path / "run", tmp_path / "project"
+    rank0, rank1 = [], []
+    for restart, options in enumerate([["--signal-at", "2"], ["13"], []]):
+        torchrun2(
+            tmp_path, f"launch{restart}", WORKER, str(run), str(project), "20", str(restart),
+            *options, slurm_restart=restart, killed=restart == 1,
+        )  # fmt: skip
+        for pids, pid in zip((rank0, rank1), rank_pids(run), strict=True):
+            pids.append(pid)
+    assert (tmp_path / "scontrol.log").read_text().split() == ["requeue", "4242"]
+    state = load_state(run)
+    (saved,) = [c.step for c in state.checkpoints.values() if c.trigger == "signal"]
+    assert saved is not None and 2 <= saved < 9
+    by_path = {c.path: c.step for c in state.checkpoints.values()}
+    assert [by_path[str(state.attempts[n].resumed_from)] for n in (1, 2)] == [saved, 9]
+
+    derived = f"ckptdash-{RunDir(run).info().run_id}"
+    (folder,) = [p for p in project.iterdir() if p.name.startswith("ckptdash-")]
+    assert folder.name == derived
+    files = sorted(folder.glob("events.out.tfevents.*"))
+    assert len(files) == 3 and {tensorboard_pid(f) for f in files} == set(rank0), files
+    acc = event_accumulator.EventAccumulator(str(folder))
+    acc.Reload()
+    rows = [(e.step, e.value) for e in acc.Scalars("tag")]
+    assert rows == [(s, 0.0 if s <= saved else 1.0 if s <= 9 else 2.0) for s in range(20)]
+    events = attached(run)
+    assert len(events) == 3 and {e.rank for e in events} == {0}
+    assert not set(rank1) & set(rank0)
 
 
 def _tag(event: Any) -> bool:

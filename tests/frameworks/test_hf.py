@@ -1,6 +1,8 @@
 # ruff: noqa: E402  (the tier is skipped, or failed in CI, before transformers is imported)
 """The real Hugging Face Trainer with CkptDashCallback: saves, rotations, signals, commands,
-and resume from the newest checkpoint-N whose every file is intact."""
+and resume from the newest checkpoint-N whose every file is intact. (Two ranks under torchrun,
+a signal to one of them and both resuming together: test_hf_loggers' 2-rank test, one job
+that checks the loggers too.)"""
 
 from __future__ import annotations
 
@@ -23,10 +25,8 @@ import ckptdash
 from ckptdash import control
 from ckptdash.events import decode_metrics
 from ckptdash.hf import CkptDashCallback
-from ckptdash.rundir import manifest
 from ckptdash.state.reading import load_state
 from tests.frameworks.hf_tiny import trainer
-from tests.frameworks.launch import torchrun2
 from tests.train.helpers import fake_scontrol, slurm_env
 
 pytestmark = pytest.mark.integration
@@ -212,28 +212,3 @@ def test_a_kill_during_the_trainers_save_is_an_interrupted_save(tmp_path: Path) 
     ]
     assert [Path(e.path).name for e in interrupted] == ["checkpoint-4"]
     assert load_state(run).checkpoints[str(out / "checkpoint-4")].status == "saved"  # saved again
-
-
-def test_two_ranks_agree_on_a_signal_save_and_resume_from_it(tmp_path: Path) -> None:
-    """torchrun x2 (gloo): SIGUSR2 to rank 1 alone makes both ranks save the same
-    checkpoint-N (with both ranks' RNG files in its manifest), stop there and end train()
-    normally; the next launch resumes both ranks from it and they finish together."""
-    run, out = tmp_path / "run", tmp_path / "out"
-    script = Path(__file__).with_name("hf_tiny.py")
-    torchrun2(tmp_path, "signal", script, str(run), str(out), "20", "4")
-    ends = {Path(f"{run}.done{r}").read_text() for r in (0, 1)}
-    state = load_state(run)
-    (ckpt,) = [c for c in state.checkpoints.values() if c.trigger == "signal"]
-    assert ends == {str(ckpt.step)} and ckpt.step >= 4
-    listed = {e.path for e in manifest.read(ckpt.path)[0].files}
-    assert {"rng_state_0.pth", "rng_state_1.pth", "optimizer.pt"} <= listed
-    assert [(s.rank, s.signal) for s in state.signals] == [(1, "SIGUSR2")]
-
-    assert ckptdash.resume_path(run) == ckpt.path
-
-    torchrun2(tmp_path, "resume", script, str(run), str(out), "20")
-    assert {Path(f"{run}.start{r}").read_text() for r in (0, 1)} == {str(ckpt.step)}
-    assert {Path(f"{run}.done{r}").read_text() for r in (0, 1)} == {"20"}
-    state = load_state(run)
-    assert state.attempts[1].resumed_from == ckpt.path
-    assert (state.attempts[1].outcome, state.attempts[1].step) == ("finished", 20)

@@ -104,3 +104,27 @@ def next_wall_second(since: float) -> None:
     pause = threading.Event()  # never set: short waits until the condition holds
     while int(time.time()) <= int(since):
         pause.wait(0.01)
+
+
+def note_pid(run_dir: Path) -> None:
+    """Each rank of a job writes its pid to ``RUN_DIR.pid<rank>``: :func:`kill_job` reads the
+    other ranks' there, and a test tells by them which process wrote a logger's files."""
+    Path(f"{run_dir}.pid{os.environ.get('RANK', '0')}").write_text(f"{os.getpid()}\n")
+
+
+def kill_job(run_dir: Path) -> None:
+    """The node is gone: after a 0.3 s stall (the pulses show where the job got), SIGKILL the
+    torchrun agent (when there is one), the job's other ranks (by the pids :func:`note_pid`
+    wrote) and this process, in that order; no handler runs anywhere."""
+    import threading
+
+    threading.Event().wait(0.3)
+    pids = []
+    if "TORCHELASTIC_RUN_ID" in os.environ:  # torchrun's agent is the parent of each rank
+        pids.append(os.getppid())
+    me = int(os.environ.get("RANK", "0"))
+    for rank in range(int(os.environ.get("WORLD_SIZE", "1"))):
+        if rank != me:
+            pids.append(int(Path(f"{run_dir}.pid{rank}").read_text()))
+    for pid in [*pids, os.getpid()]:
+        os.kill(pid, signal.SIGKILL)

@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 
 import ckptdash
+from tests.frameworks.launch import torchrun2
+from tests.logger_files import attached, rank_pids, tensorboard_pid, wandb_pid
 from tests.train.helpers import next_wall_second, state_of
 from tests.wandb_offline import logged
 
@@ -23,50 +24,9 @@ event_accumulator = pytest.importorskip(
 pytest.importorskip("torch.utils.tensorboard")
 wandb = pytest.importorskip("wandb", reason="install the test extra: make test")
 mlflow = pytest.importorskip("mlflow", reason="install the test extra: make test")
-from torch.utils.tensorboard import SummaryWriter  # noqa: E402
+from tests.train.monitor_logger_worker import Crash, attempt  # noqa: E402
 
-
-class Crash(RuntimeError):
-    pass
-
-
-def attempt(run: Path, logs: Path, *, tag: float, crash_at: int | None, total: int = 20) -> None:
-    """One attempt of a loop that saves every 5 steps and logs ``tag`` at every step to the
-    three loggers, opened the documented way; ``crash_at``: raise at that step."""
-    model = torch.nn.Linear(4, 1)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    with ckptdash.Monitor(run, max_steps=total, agree_interval_s=0.001) as monitor:
-        state = monitor.load()
-        start = 0 if state is None else state["step"] + 1
-        if state is not None:
-            model.load_state_dict(state["model"])
-        tb = SummaryWriter(**monitor.loggers.tensorboard_writer_kwargs(logs / "tb"))
-        wb = wandb.init(
-            project="exp", dir=str(logs), mode="offline", **monitor.loggers.wandb_init_kwargs()
-        )
-        mlflow.set_tracking_uri(f"file:{logs / 'mlruns'}")
-        ml = mlflow.start_run(run_id=monitor.loggers.mlflow_run_id)
-        monitor.loggers.attach("mlflow", ml.info.run_id, mlflow.get_tracking_uri())
-        skip_through = monitor.loggers.logged_through
-        try:
-            for step in range(start, total):
-                if step == crash_at:
-                    raise Crash(f"boom at {step}")
-                loss = model(torch.randn(8, 4)).pow(2).mean()
-                opt.zero_grad()
-                loss.backward()
-                opt.step()
-                tb.add_scalar("tag", tag, step)
-                if skip_through is None or step > skip_through:
-                    wb.log({"tag": tag, "step": step})
-                    mlflow.log_metric("tag", tag, step=step)
-                monitor.step(step, loss=loss.item())
-                if step % 5 == 0 or monitor.should_save:
-                    monitor.save({"model": model.state_dict(), "step": step})
-        finally:
-            tb.close()
-            wb.finish()
-            mlflow.end_run()
+WORKER = Path(__file__).with_name("monitor_logger_worker.py")
 
 
 @pytest.fixture
@@ -95,7 +55,7 @@ def test_a_loop_logs_into_one_run_of_each_logger_across_a_crash(
     with pytest.raises(Crash):
         attempt(run, logs, tag=0.0, crash_at=13)
     next_wall_second(started)  # W&B: one offline folder per attempt
-    attempt(run, logs, tag=1.0, crash_at=None)
+    attempt(run, logs, tag=1.0)
 
     run_id = ckptdash.rundir.RunDir(run).info().run_id
     (folder,) = list((logs / "tb").iterdir())
@@ -127,3 +87,72 @@ def test_a_loop_logs_into_one_run_of_each_logger_across_a_crash(
     assert state.loggers["tensorboard"].redone == "replaced"
     assert state.loggers["wandb"].redone == "dropped"
     assert os.path.samefile(state.loggers["tensorboard"].location, folder)
+
+
+def test_two_ranks_continue_one_run_across_a_requeue_and_a_kill(
+    tmp_path: Path, offline: Any
+) -> None:
+    """Two gloo ranks under torchrun, three launches: SIGUSR2 to rank 1 at step 3 (saved
+    there, requeued), then killed without warning at step 13 (saved at 10), then to the end.
+    TensorBoard: one folder, every step once, each with the value of the attempt that ran it
+    last; MLflow: one run, every step once (the killed attempt's kept); W&B: one run id, no
+    step twice; only rank 0 wrote logger files and recorded logger runs."""
+    run, logs = tmp_path / "run", tmp_path / "logs"
+    rank0, rank1 = [], []
+
+    def launch(restart: int, *options: str, killed: bool = False) -> None:
+        torchrun2(
+            tmp_path, f"launch{restart}", WORKER, str(run), str(logs), str(restart), *options,
+            slurm_restart=restart, killed=killed,
+        )  # fmt: skip
+        pids = rank_pids(run)
+        rank0.append(pids[0])
+        rank1.append(pids[1])
+
+    launch(0, "--signal-at", "3")
+    launch(1, "--kill-at", "13", killed=True)
+    launch(2)
+    assert (tmp_path / "scontrol.log").read_text().split() == ["requeue", "4242"]
+    state = state_of(run)
+    signalled = [c for c in state.checkpoints.values() if c.trigger == "signal"]
+    (saved,) = [c.step for c in signalled]
+    assert saved is not None and 3 <= saved < 10
+    by_path = {c.path: c.step for c in state.checkpoints.values()}
+    resumed = [by_path[str(state.attempts[n].resumed_from)] for n in (1, 2)]
+    assert resumed == [saved, 10], resumed
+
+    run_id = ckptdash.rundir.RunDir(run).info().run_id
+    (folder,) = list((logs / "tb").iterdir())
+    assert folder.name == f"ckptdash-{run_id}"
+    files = sorted(folder.glob("events.out.tfevents.*"))
+    assert len(files) == 3 and {tensorboard_pid(f) for f in files} <= set(rank0), files
+    acc = event_accumulator.EventAccumulator(str(folder))
+    acc.Reload()
+    rows = [(e.step, e.value) for e in acc.Scalars("tag")]
+    assert rows == [(s, 0.0 if s <= saved else 1.0 if s <= 10 else 2.0) for s in range(20)]
+
+    client = mlflow.MlflowClient(f"file:{logs / 'mlruns'}")
+    (ml_run,) = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    history = [(int(m.step), m.value) for m in client.get_metric_history(ml_run.info.run_id, "tag")]
+    assert sorted(s for s, _ in history) == list(range(20)), "MLflow: each step once"
+    # Appends only: the steps the killed attempt logged (through 12, where it was seen) keep
+    # its values.
+    assert dict(history) == {s: 0.0 if s <= saved else 1.0 if s <= 12 else 2.0 for s in range(20)}
+
+    offline_runs = sorted((logs / "wandb").glob("offline-run-*"))
+    assert len(offline_runs) == 3 and all(
+        p.name.endswith(f"ckptdash-{run_id}") for p in offline_runs
+    )
+    assert {wandb_pid(p) for p in offline_runs} == set(rank0)
+    wb = logged(offline_runs, "step", "tag")
+    steps = [s for s, _ in wb]
+    assert len(steps) == len(set(steps)), f"W&B: a step logged twice: {sorted(steps)}"
+    # The requeued attempt finished its W&B run; the killed one may have lost what W&B had not
+    # written yet (docs/loggers.md); the last logs from where the killed one was seen on.
+    expected = {s: 0.0 if s <= saved else 1.0 if s <= 12 else 2.0 for s in range(20)}
+    assert all(expected[s] == v for s, v in wb), wb
+    assert set(range(saved + 1)) | set(range(13, 20)) <= set(steps), sorted(steps)
+
+    events = attached(run)
+    assert len(events) == 9 and {e.rank for e in events} == {0}  # 3 loggers x 3 attempts
+    assert not set(rank1) & ({tensorboard_pid(f) for f in files} | set(rank0))
