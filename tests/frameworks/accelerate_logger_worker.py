@@ -28,7 +28,7 @@ from tests.frameworks.accelerate_worker import Progress
 from tests.train.helpers import kill_job, note_pid
 
 
-def main(argv: list[str] | None = None) -> None:
+def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("project")
@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("tag", type=float)
     parser.add_argument("kill_at", type=int, nargs="?", default=-1)
     parser.add_argument("--signal-at", type=int, default=-1)
-    args = parser.parse_args(argv)
+    args = parser.parse_args()
     run_dir, project, steps = args.run_dir, args.project, args.steps
     note_pid(run_dir)
     config = ProjectConfiguration(project_dir=project, automatic_checkpoint_naming=True)

@@ -26,7 +26,6 @@ from tensorboard.backend.event_processing.event_file_loader import EventFileLoad
 
 from ckptdash.rundir import RunDir
 from ckptdash.state.reading import load_state
-from tests.frameworks import accelerate_logger_worker
 from tests.frameworks.launch import torchrun2
 from tests.logger_files import attached, rank_pids, tensorboard_pid
 from tests.train.test_distributed import job_env
@@ -37,18 +36,21 @@ WORKER = Path(__file__).with_name("accelerate_logger_worker.py")
 
 
 def test_accelerate_tensorboard_continues_one_run_across_a_kill(tmp_path: Path) -> None:
-    """Saved at step 9, killed without warning at 13 (a process of its own), resumed from
-    that save to 20 (in this process: a launch less): one TensorBoard folder
-    ``<project>/ckptdash-<run id>``, every step once, steps 10-12 (logged by the killed
-    attempt, then redone) with the second attempt's values; the run records the folder,
-    ``replaced``."""
+    """Saved at step 9, killed without warning at 13, resumed from that save to 20: one
+    TensorBoard folder ``<project>/ckptdash-<run id>``, every step once, steps 10-12 (logged
+    by the killed attempt, then redone) with the second attempt's values; the run records the
+    folder, ``replaced``."""
     run, project = tmp_path / "run", tmp_path / "project"
-    argv = [sys.executable, str(WORKER), str(run), str(project), "20", "0", "13"]
-    killed = subprocess.run(
-        argv, env=job_env(tmp_path), capture_output=True, text=True, timeout=180
-    )
+    env = job_env(tmp_path)
+
+    def launch(tag: str, *kill_at: str) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, str(WORKER), str(run), str(project), "20", tag, *kill_at]
+        return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=180)
+
+    killed = launch("0", "13")
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
-    accelerate_logger_worker.main([str(run), str(project), "20", "1"])
+    resumed = launch("1")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
 
     derived = f"ckptdash-{RunDir(run).info().run_id}"
     (folder,) = [p for p in project.iterdir() if p.name.startswith("ckptdash-")]
