@@ -102,6 +102,7 @@ def drive_suspend_then_resume(s: Scenario) -> dict[str, Any]:
     r["end"] = s.wait_done(job)
     r["reports"] = [job.report(0), job.report(1)]
     r["status"] = s.status(run)
+    r["context"] = s.context() if r["end"].get("JobState") != "COMPLETED" else ""
     return r
 
 
@@ -114,7 +115,7 @@ def test_resume_after_suspend_restores_requeue_for_the_next_signal(scenarios: Sc
     assert r["suspended"]["Requeue"] == "0"
     assert f"slurm job {job}: Requeue=1" in r["resume_out"]
     assert r["resumed"]["Requeue"] == "1"
-    assert r["end"]["JobState"] == "COMPLETED"
+    assert r["end"]["JobState"] == "COMPLETED", r["context"]
     assert r["end"]["Restarts"] == "1"
     status = r["status"]
     assert [(q["attempt"], q["issued"]) for q in status["requeues"]] == [(0, True)]
