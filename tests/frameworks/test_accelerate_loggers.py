@@ -66,6 +66,34 @@ def test_accelerate_tensorboard_continues_one_run_across_a_kill(tmp_path: Path) 
     assert (record.id, record.attempt, record.step, record.redone) == (derived, 1, 9, "replaced")
 
 
+def test_accelerate_tensorboard_continues_one_run_across_a_sigusr2_requeue(
+    tmp_path: Path,
+) -> None:
+    """One process in a (fake) SLURM job: SIGUSR2 after step 6, ckptdash saves there,
+    requeues the job and stops; the requeued attempt resumes from that save to 20: one
+    TensorBoard folder, every step once, 0-6 from the first attempt and 7-19 from the next."""
+    run, project = tmp_path / "run", tmp_path / "project"
+
+    def launch(restart: int, *options: str) -> None:
+        argv = [sys.executable, str(WORKER), str(run), str(project), "20", str(restart), *options]
+        env = job_env(tmp_path, slurm_restart=restart)
+        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=180)
+        assert done.returncode == 0, done.stderr[-3000:]
+
+    launch(0, "--signal-at", "6")
+    assert (tmp_path / "scontrol.log").read_text().split() == ["requeue", "4242"]
+    launch(1)
+    state = load_state(run)
+    (signalled,) = [c for c in state.checkpoints.values() if c.trigger == "signal"]
+    assert signalled.step == 6
+    (folder,) = [p for p in project.iterdir() if p.name.startswith("ckptdash-")]
+    acc = event_accumulator.EventAccumulator(str(folder))
+    acc.Reload()
+    rows = [(e.step, e.value) for e in acc.Scalars("tag")]
+    assert rows == [(s, 0.0 if s <= 6 else 1.0) for s in range(20)], rows
+    assert state.loggers["tensorboard"].attempt == 1
+
+
 def test_two_ranks_log_once_into_one_run_across_a_requeue_and_a_kill(tmp_path: Path) -> None:
     """torchrun x2 (gloo), three launches: SIGUSR2 to rank 1 after step 2 (saved there,
     requeued), then killed without warning (agent and both ranks) at step 13 after the save

@@ -83,20 +83,44 @@ def offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     wandb.teardown()  # no W&B service of this process for later tests' processes to inherit
 
 
-def test_report_to_loggers_continue_one_run_across_a_crash(tmp_path: Path, offline: None) -> None:
-    """Saved at step 5, crashed at 8, resumed from checkpoint-5 to 12: TensorBoard (in the run
-    directory's tensorboard/ckptdash-<id>) shows each step once; MLflow has one run and W&B
-    one run id, each with every step once (the redone steps 6 and 7, logged by the crashed
-    attempt, are not sent again; read back from MLflow's store and W&B's offline files); the
-    run records the three."""
+class SignalSelfAt(TrainerCallback):
+    """The process sends itself SIGUSR2 at the end of step ``step`` (a preemption's warning)."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if state.global_step == self.step:
+            os.kill(os.getpid(), signal.SIGUSR2)
+
+
+@pytest.mark.parametrize("ending", ["crash", "sigusr2"])
+def test_report_to_loggers_continue_one_run_across_a_crash(
+    tmp_path: Path, offline: None, ending: str
+) -> None:
+    """Saved at step 5, crashed at 8, resumed from checkpoint-5 to 12 (or: SIGUSR2 at step 8,
+    saved there and stopped, resumed from that save): TensorBoard (in the run directory's
+    tensorboard/ckptdash-<id>) shows each step once; MLflow has one run and W&B one run id,
+    each with every step once (the redone steps 6 and 7, logged by the crashed attempt, are
+    not sent again; read back from MLflow's store and W&B's offline files); the run records
+    the three."""
     run, out = tmp_path / "run", tmp_path / "out"
     report = {"report_to": ["tensorboard", "wandb", "mlflow"], "save_steps": 5}
     first = CkptDashCallback(run, **FAST)
-    t = trainer(out, steps=12, callbacks=[first, CrashAt(8)], **report)
-    with pytest.raises(Crash):
+    if ending == "crash":
+        t = trainer(out, steps=12, callbacks=[first, CrashAt(8)], **report)
+        with pytest.raises(Crash):
+            t.train()
+        first.record_failure(Crash())
+        mlflow.end_run()  # what the end of a crashed process does (at exit)
+    else:
+        # Before ckptdash's own callback, so that it sees the signal at the same boundary.
+        t = trainer(out, steps=12, callbacks=[SignalSelfAt(8), first], **report)
         t.train()
-    first.record_failure(Crash())
-    mlflow.end_run()  # what the end of a crashed process does (at exit)
+        assert t.state.global_step == 8, "ckptdash stops the Trainer after the signal's save"
+        (signalled,) = [c for c in load_state(run).checkpoints.values() if c.trigger == "signal"]
+        assert signalled.step == 8
+        assert ckptdash.resume_path(run) == signalled.path
     wandb.finish()
     second = CkptDashCallback(run, **FAST)
     t = trainer(out, steps=12, callbacks=[second], **report)
@@ -133,8 +157,9 @@ def test_report_to_loggers_continue_one_run_across_a_crash(tmp_path: Path, offli
         "wandb": derived,
         "mlflow": ml_run.info.run_id,
     }
-    assert state.loggers["tensorboard"].redone == "replaced"
-    assert state.loggers["wandb"].redone == state.loggers["mlflow"].redone == "dropped"
+    if ending == "crash":  # redone steps: 6 and 7
+        assert state.loggers["tensorboard"].redone == "replaced"
+        assert state.loggers["wandb"].redone == state.loggers["mlflow"].redone == "dropped"
 
 
 def test_report_to_loggers_continue_one_run_across_a_kill(tmp_path: Path, offline: None) -> None:

@@ -89,6 +89,41 @@ def test_a_loop_logs_into_one_run_of_each_logger_across_a_crash(
     assert os.path.samefile(state.loggers["tensorboard"].location, folder)
 
 
+def test_a_loop_logs_into_one_run_of_each_logger_across_a_sigusr2_save(
+    tmp_path: Path, offline: Any
+) -> None:
+    """One process: SIGUSR2 after step 7 (ckptdash saves at the step boundary and stops the
+    loop), then the next attempt resumes from that save: every logger holds one run, every
+    step once, the steps before the save from the first attempt and after it from the next."""
+    run, logs = tmp_path / "run", tmp_path / "logs"
+    started = time.time()
+    attempt(run, logs, tag=0.0, signal_at=7)
+    state = state_of(run)
+    (signalled,) = [c for c in state.checkpoints.values() if c.trigger == "signal"]
+    saved = signalled.step
+    assert saved is not None and 7 <= saved < 10, saved
+    next_wall_second(started)  # W&B: one offline folder per attempt
+    attempt(run, logs, tag=1.0)
+
+    run_id = ckptdash.rundir.RunDir(run).info().run_id
+    (folder,) = list((logs / "tb").iterdir())
+    acc = event_accumulator.EventAccumulator(str(folder))
+    acc.Reload()
+    rows = [(e.step, e.value) for e in acc.Scalars("tag")]
+    assert rows == [(s, 0.0 if s <= saved else 1.0) for s in range(20)], rows
+    client = mlflow.MlflowClient(f"file:{logs / 'mlruns'}")
+    (ml_run,) = client.search_runs([client.get_experiment_by_name("Default").experiment_id])
+    history = {int(m.step): m.value for m in client.get_metric_history(ml_run.info.run_id, "tag")}
+    assert history == {s: 0.0 if s <= saved else 1.0 for s in range(20)}
+    offline_runs = sorted((logs / "wandb").glob("offline-run-*"))
+    assert len(offline_runs) == 2
+    assert all(p.name.endswith(f"ckptdash-{run_id}") for p in offline_runs)
+    wb_rows = logged(offline_runs, "step", "tag")
+    assert sorted(s for s, _ in wb_rows) == list(range(20)), f"W&B: each step once: {wb_rows}"
+    resumed = state_of(run).attempts[1].resumed_from
+    assert resumed is not None and os.path.samefile(resumed, signalled.path)
+
+
 def test_two_ranks_continue_one_run_across_a_requeue_and_a_kill(
     tmp_path: Path, offline: Any
 ) -> None:
