@@ -130,7 +130,8 @@ class RunState:
         self._dirty_commands: set[str] = set()
         self._lists_dirty = False
         self._bad_heap: inc_.BadHeap = []
-        self._decoder = state_metric_points.MetricDecoder()
+        self.metric_decoder = state_metric_points.MetricDecoder()
+        """Decodes the kept heartbeats' metrics once each (:meth:`metrics`, the dashboard)."""
         self.alert_log: list[AlertRecord] = []
         """Alerts raised and cleared, and actions taken (``ckptdash watch``, the job's watchdog)."""
         # The latest pulse, keyed like ``_best_hb``: the 1 Hz progress the views show.
@@ -209,7 +210,7 @@ class RunState:
         """Per attempt, the metrics of the heartbeats kept in :attr:`series` (thinned as
         :data:`~ckptdash.state.series.SERIES_POINTS` says), by time. A heartbeat is decoded
         once, on the first call that sees it; later calls decode only new points."""
-        return self._decoder.decode(self.metric_heartbeats())
+        return self.metric_decoder.decode(self.metric_heartbeats())
 
     def metric_heartbeats(self) -> dict[int, tuple[tuple[float, int, msgspec.Raw], ...]]:
         """Per attempt, the kept heartbeats with their raw metrics (what :meth:`metrics`

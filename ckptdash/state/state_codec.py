@@ -36,6 +36,7 @@ from ckptdash.state import RunState
 from ckptdash.state import checkpoints as ckpt_
 from ckptdash.state import commands as cmd_
 from ckptdash.state import incidents as inc_
+from ckptdash.state import metric_points as state_metric_points
 from ckptdash.state import records as rec_
 from ckptdash.state import series as series_
 from ckptdash.state import streams as streams_
@@ -75,7 +76,7 @@ _DERIVED: Final = frozenset(
         "commands",
         "progress",
         "bad_lines",
-        "_decoder",
+        "metric_decoder",
         "_touched",
         "_dirty_checkpoints",
         "_dirty_commands",
@@ -255,7 +256,10 @@ def restore_state(body: Any, root: str, run_id: str) -> RunState:
     state._progress_dirty = True
     state._finish()
     # Everything a reader asks of a state, once: a body wrong inside fails here, not later.
-    state.to_dict(), state.attempt_times(), state.metrics(), state.save_outcomes()
+    state.to_dict(), state.attempt_times(), state.save_outcomes()
+    # The metrics too, with a decoder of its own: the state keeps none of them decoded (a
+    # follower of a folder holds many runs and shows one; a view decodes them when it shows it).
+    state_metric_points.MetricDecoder().decode(state.metric_heartbeats())
     return state
 
 

@@ -19,8 +19,9 @@ when the run directory's mount is a network filesystem
 ``refresh_s`` as a safety net, and to advance the clock that "last heartbeat 12 s ago"
 and stale detection read.
 
-In a folder, runs idle for minutes rest (:mod:`ckptdash.dash.feed.resting`): only their
-last snapshot is kept, and they are opened again when their files change.
+In a folder, runs idle for minutes that no session shows rest
+(:mod:`ckptdash.dash.feed.resting`): only their line of the run list is kept, and they are
+opened again when their files change or a session selects them.
 
 One :class:`RunFollower` per path serves every browser session:
 :class:`~ckptdash.dash.feed.hub.FollowerHub` counts the sessions and stops the

@@ -23,7 +23,7 @@ from ckptdash.events import CHECKPOINT_KINDS, COMMAND_KINDS, Settings
 from ckptdash.resume import ResumeChoice, choose_resume
 from ckptdash.state import RunState
 from ckptdash.state.checkpoints import checkpoint_order
-from ckptdash.state.metric_points import MetricDecoder, MetricPoints
+from ckptdash.state.metric_points import MetricPoints
 from ckptdash.state.records import (
     AnomalyInfo,
     AttemptInfo,
@@ -193,7 +193,6 @@ class SnapshotBuilder:
         self.last: RunSnapshot | None = None
         self._version = 0
         self._resume_sig: object = None
-        self._decoder = MetricDecoder()
 
     def continue_from(self, snap: RunSnapshot) -> None:
         """Go on from ``snap``, the run's last snapshot before it rested and was opened again
@@ -238,7 +237,7 @@ class SnapshotBuilder:
         else:
             series = {n: tuple(points) for n, points in state.series.items()}
             # Decoded only when a view reads them: a folder's runs but the shown one never are.
-            metrics = MetricPoints(state.metric_heartbeats(), self._decoder)
+            metrics = MetricPoints(state.metric_heartbeats(), state.metric_decoder)
         resume = self._resume(state, signature, old)
         # AttemptInfo objects are updated in place by the state: copy them.
         attempts = tuple(dataclasses.replace(a) for a in state.attempts.values())
