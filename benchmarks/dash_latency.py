@@ -206,6 +206,34 @@ def _scale(browser: Any, folder: Path, big: tuple[str, int] | None) -> dict[str,
     return out
 
 
+def _seconds_row(
+    metric: str, key: str, big: dict[str, float], small: dict[str, float], baseline: str
+) -> Row:
+    """Seconds ``key`` of :func:`_scale` for the big case against the small one's."""
+    return Row(
+        metric, f"{big[key]:.2f} s", f"{small[key]:.2f} s ({baseline})", big[key] / small[key]
+    )
+
+
+def _memory_row(
+    label: str,
+    big: dict[str, float],
+    small: dict[str, float],
+    baseline: str,
+    goal_mb: float | None = None,
+) -> Row:
+    """The server's memory after load (and its peak) for the big case against the small one's."""
+    goal = {} if goal_mb is None else {"goal": f"< {goal_mb:.0f} MB (issue 24)"}
+    return Row(
+        f"dashboard server memory after load, {label}, MB (peak)",
+        f"{big['rss_mb']:.0f} MB ({big['peak_mb']:.0f})",
+        f"{small['rss_mb']:.0f} MB ({small['peak_mb']:.0f}) ({baseline})",
+        big["rss_mb"] / small["rss_mb"],
+        **goal,
+        met=None if goal_mb is None else big["rss_mb"] < goal_mb,
+    )
+
+
 def scale_rows(browser: Any, quick: bool) -> list[Row]:
     n_runs, n_events = (20, 200_000) if quick else (100, 1_000_000)
     with tempfile.TemporaryDirectory(prefix="ckptdash-bench-scale-") as tmp:
@@ -219,17 +247,19 @@ def scale_rows(browser: Any, quick: bool) -> list[Row]:
         one = _scale(browser, small, None)
     label = f"{n_runs} runs + one {n_events:,}-event run"
     return [
-        Row(
+        _seconds_row(
             f"dashboard first render (page usable), {label}, s",
-            f"{many['render']:.2f} s",
-            f"{one['render']:.2f} s (one small run)",
-            many["render"] / one["render"],
+            "render",
+            many,
+            one,
+            "one small run",
         ),
-        Row(
+        _seconds_row(
             f"dashboard: all {n_runs + 1} runs listed after navigation, s",
-            f"{many['listed']:.2f} s",
-            f"{one['listed']:.2f} s (one small run shown)",
-            many["listed"] / one["listed"],
+            "listed",
+            many,
+            one,
+            "one small run shown",
         ),
         Row(
             f"dashboard: click the {n_events:,}-event run → header and its"
@@ -238,12 +268,7 @@ def scale_rows(browser: Any, quick: bool) -> list[Row]:
             "—",
             None,
         ),
-        Row(
-            f"dashboard server memory after load, {label}, MB (peak)",
-            f"{many['rss_mb']:.0f} MB ({many['peak_mb']:.0f})",
-            f"{one['rss_mb']:.0f} MB ({one['peak_mb']:.0f}) (one small run)",
-            many["rss_mb"] / one["rss_mb"],
-        ),
+        _memory_row(label, many, one, "one small run"),
     ]
 
 
@@ -262,11 +287,12 @@ def wide_rows(browser: Any, quick: bool) -> list[Row]:
         lat = {"base": _latencies(browser, base, n), "wide": _latencies(browser, wide, n)}
     p95 = {k: _pct(v, 0.95) for k, v in lat.items()}
     return [
-        Row(
+        _seconds_row(
             f"dashboard first render (page usable), {ranks:,} ranks × 1 h, s",
-            f"{first['wide']['render']:.2f} s",
-            f"{first['base']['render']:.2f} s (8 ranks × 1 h)",
-            first["wide"]["render"] / first["base"]["render"],
+            "render",
+            first["wide"],
+            first["base"],
+            "8 ranks × 1 h",
         ),
         Row(
             f"dashboard: checkpoint appended → row in the DOM, {ranks:,} ranks × 1 h, inotify,"
@@ -296,26 +322,21 @@ def folder_rows(browser: Any, quick: bool) -> list[Row]:
         big, small = _scale(browser, many, None), _scale(browser, one, None)
     label = f"{n_runs:,} runs × 8 ranks × 15 min ({live} live)"
     return [
-        Row(
+        _seconds_row(
             f"dashboard first render (page usable), folder of {label}, s",
-            f"{big['render']:.2f} s",
-            f"{small['render']:.2f} s (one such run)",
-            big["render"] / small["render"],
+            "render",
+            big,
+            small,
+            "one such run",
         ),
-        Row(
+        _seconds_row(
             f"dashboard: all {n_runs:,} runs listed after navigation, s",
-            f"{big['listed']:.2f} s",
-            f"{small['listed']:.2f} s (one such run)",
-            big["listed"] / small["listed"],
+            "listed",
+            big,
+            small,
+            "one such run",
         ),
-        Row(
-            f"dashboard server memory after load, folder of {label}, MB (peak)",
-            f"{big['rss_mb']:.0f} MB ({big['peak_mb']:.0f})",
-            f"{small['rss_mb']:.0f} MB ({small['peak_mb']:.0f}) (one such run)",
-            big["rss_mb"] / small["rss_mb"],
-            f"< {GOAL_FOLDER_MB:.0f} MB (issue 24)",
-            big["rss_mb"] < GOAL_FOLDER_MB,
-        ),
+        _memory_row(f"folder of {label}", big, small, "one such run", GOAL_FOLDER_MB),
     ]
 
 
