@@ -2,7 +2,7 @@
 
 ::
 
-    file written ──inotify (watchdog Observer)──┐
+    file written ──inotify (one instance)───────┐
                  or the poll timer ─────────────┴─> wake ─> worker thread:
                                                     tail new bytes → RunState.apply
                                                     → RunSnapshot → every subscriber
@@ -157,8 +157,9 @@ class RunFollower:
             return self
         try:
             self._strategy.start()
-        except OSError as exc:  # inotify instances exhausted: fall back, say why (as watchdog does)
-            reason = f"polling (inotify unavailable: {exc.strerror or exc})"
+        except (OSError, RuntimeError) as exc:  # no inotify instance or thread: poll, say why
+            detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+            reason = f"polling (inotify unavailable: {detail})"
             self._strategy = Polling(reason, self.poll_interval_s)
             log.warning("ckptdash: %s: %s", self.path, reason)
         self._thread = threading.Thread(

@@ -33,9 +33,9 @@ REST_AFTER_S: Final = 300.0
 it woke). Longer than the once-a-minute pulse a live job writes to its log."""
 
 CHECK_EVERY_S: Final = 5.0
-"""How often a resting run's files are looked at. A resting run has no inotify watch:
-watchdog runs a thread and an inotify instance per watched folder (a user may have 128
-instances), so a resting run wakes within this many seconds of a change."""
+"""How often a resting run's files are looked at. A resting run has no inotify watch (a
+user's watches are limited, and each costs kernel memory), so a resting run wakes within this
+many seconds of a change."""
 
 _HOST: Final = socket.gethostname()
 _FOLDERS: Final = (EVENTS_DIR, PULSES_DIR, INBOX_DIR, CLAIMED_DIR, DONE_DIR)
