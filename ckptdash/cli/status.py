@@ -19,15 +19,15 @@ from ckptdash.analysis import run_words
 from ckptdash.analysis.health import short_error
 from ckptdash.analysis.run_words import logger_line
 from ckptdash.cli import health as health_cli
-from ckptdash.errors import CkptDashError
+from ckptdash.errors import CkptDashError, RunDirError
 from ckptdash.ops import liveness
 from ckptdash.ops import slurm as slurm_admin
 from ckptdash.resume import choose_resume
 from ckptdash.rundir import RunDir, find_runs
 from ckptdash.state import RunState
 from ckptdash.state.checkpoints import checkpoint_order
-from ckptdash.state.reading import load_state
 from ckptdash.state.records import SHOWN_STALE_AFTER_S, AttemptInfo, CheckpointInfo
+from ckptdash.state.runset import RunSet
 from ckptdash.terminal import one_line
 
 
@@ -69,21 +69,17 @@ def status_command(args: argparse.Namespace) -> int:
 def load_each(
     runs: list[RunDir], path: str | Path
 ) -> tuple[list[RunDir], list[RunState], list[tuple[RunDir, str]]]:
-    """The state of each run of a folder; a run that cannot be read fails alone (its
-    reason in the third list) and the others go on. A single run's error is raised."""
-    if len(runs) == 1 and runs[0].root == Path(path):
-        return runs, [load_state(runs[0])], []
-    good: list[RunDir] = []
-    states: list[RunState] = []
-    broken: list[tuple[RunDir, str]] = []
-    for run in runs:
-        try:
-            states.append(load_state(run))
-        except CkptDashError as exc:
-            broken.append((run, str(exc)))
-            continue
-        good.append(run)
-    return good, states, broken
+    """The state of each run of a folder, read through one run set
+    (:mod:`ckptdash.state.runset`); a run that cannot be read fails alone (its reason in the
+    third list) and the others go on. A single run's error is raised."""
+    each = RunSet(path, strict=True)
+    each.join(runs)
+    read = {run.rd.root: run.state for run in each.poll()}
+    broken = [(run, each.broken[str(run.root)][1]) for run in runs if str(run.root) in each.broken]
+    if broken and len(runs) == 1 and runs[0].root == Path(path):
+        raise RunDirError(broken[0][1])
+    good = [run for run in runs if run.root in read]
+    return good, [read[run.root] for run in good], broken
 
 
 def _print_broken(broken: list[tuple[RunDir, str]], rc: int) -> int:

@@ -4,8 +4,8 @@
 appended since the last :meth:`~RunTailer.poll`, up to the last newline: a
 half-written last line is never parsed; it is read again, whole, once its
 newline arrives. It also lists ``control/inbox|claimed|done`` and reports each
-command file when it first appears and whenever it moves. :class:`FolderTailer`
-(:mod:`ckptdash.tail.folder`) does the same for every run below a folder.
+command file when it first appears and whenever it moves. The runs below a folder are each
+followed by one, in the run set (:mod:`ckptdash.state.runset`).
 
 Nothing here raises on bad input: a line that does not decode comes back as a
 :class:`~ckptdash.events.BadLine`, a file that cannot be read as one too, and a
