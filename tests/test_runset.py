@@ -69,8 +69,8 @@ def test_a_lone_run_never_rests(tmp_path: Path) -> None:
     runs = RunSet(tmp_path, rest=Idle())
     runs.discover()
     assert not runs.is_folder
-    read = list(runs.poll())
-    assert runs.settle(read) == [] and list(runs.open) == [str(tmp_path)]
+    (run,) = list(runs.poll())
+    assert not runs.settle(run) and list(runs.open) == [str(tmp_path)]
 
 
 def test_strict_leaves_out_a_run_whose_run_json_cannot_be_read(tmp_path: Path) -> None:
@@ -99,8 +99,7 @@ def test_idle_runs_rest_and_wake_when_their_files_change_or_when_focused(
     beat(tmp_path / "b", 2)
     runs = RunSet(tmp_path, rest=Idle(), clock=lambda: T0 + 99)
     runs.discover()
-    rested = runs.settle(list(runs.poll()))
-    assert [r.rd.root.name for r in rested] == ["a", "b"] and not runs.open
+    assert all(runs.settle(run) for run in runs.poll()) and not runs.open
     assert {os.path.basename(k): v.kept for k, v in runs.resting.items()} == {
         "a": "kept a",
         "b": "kept b",
@@ -111,10 +110,10 @@ def test_idle_runs_rest_and_wake_when_their_files_change_or_when_focused(
     assert woken.rd.root.name == "a" and woken.state.progress is not None
     assert woken.state.progress.step == 5
     assert woken.woken_from == "kept a" and woken.awake_since == T0 + 99
-    assert runs.settle([woken]) == [woken]  # idle again, by this policy
+    assert runs.settle(woken)  # idle again, by this policy
     (focused,) = list(runs.poll(focused={str(tmp_path / "b")}))
     assert focused.rd.root.name == "b" and focused.seen is None  # focused: it may not rest
-    assert runs.settle([focused]) == []
+    assert not runs.settle(focused)
     assert sorted(runs.roots_of([str(tmp_path / "b" / "events" / "x.jsonl")]) or ()) == [
         str(tmp_path / "b")
     ]

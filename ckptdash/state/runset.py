@@ -209,20 +209,18 @@ class RunSet:
                 run.covered = leave_snapshot(run.rd, run.state, run.tailer, run.covered)
             yield run
 
-    def settle(self, runs: Iterable[OpenRun]) -> list[OpenRun]:
-        """Rest those of ``runs`` (just read by :meth:`poll`) that the policy calls idle;
-        returns them."""
-        rested = []
-        for run in runs:
-            if run.seen is None or self.rest is None or not run.tailer.caught_up:
-                continue
-            if self.open.get(run.root) is not run or not self.rest.may_rest(run):
-                continue
-            del self.open[run.root]
-            kept = self.rest.keep(run)
-            self.resting[run.root] = Resting(run.rd, kept, hash(run.seen), time.monotonic())
-            rested.append(run)
-        return rested
+    def settle(self, run: OpenRun) -> bool:
+        """Rest ``run`` (just read by :meth:`poll`) if the policy calls it idle; True if it
+        rests. Settle each run before the next is read: one that rests is freed at once (the
+        first look at a folder of 1,000 ended runs holds one run's state at a time)."""
+        if run.seen is None or self.rest is None or not run.tailer.caught_up:
+            return False
+        if self.open.get(run.root) is not run or not self.rest.may_rest(run):
+            return False
+        del self.open[run.root]
+        kept = self.rest.keep(run)
+        self.resting[run.root] = Resting(run.rd, kept, hash(run.seen), time.monotonic())
+        return True
 
     def close(self) -> None:
         """Let go of every run."""

@@ -270,9 +270,7 @@ class RunFollower:
             self._discover()
         with self._lock:
             focused = set(self._focus)
-        read = []
         for run in self._runs.poll(roots, focused):
-            read.append(run)
             view = self._views.get(run.root)
             if view is None:
                 view = self._views[run.root] = _View(SnapshotBuilder(run.root))
@@ -293,12 +291,10 @@ class RunFollower:
                     settings_key=view.settings_key,
                     gone=gone,
                 )
-        rested = self._runs.settle(read)
-        for run in rested:
-            del self._views[run.root]
-            self._strategy.unwatch_run(run.rd)
-        for run in read:
-            if run.root in self._runs.open:
+            if self._runs.settle(run):  # it rests: only its line is kept, and no watch
+                del self._views[run.root]
+                self._strategy.unwatch_run(run.rd)
+            else:
                 self._strategy.watch_run(run.rd)
 
     def _discover(self) -> None:
