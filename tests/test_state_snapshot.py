@@ -351,25 +351,35 @@ HOSTILE = {
         lambda d: [r.update(offset=r["size"] + 100) for r in d["files"].values()]
     ),
     "a count that is not a number": _body_state(
-        lambda d: d["state"].update(event_counts=["D", "heartbeat", "many"])
+        lambda d: d["state"].update(event_counts={"heartbeat": "many"})
     ),
     "a stream slot of the wrong type": _body_state(
-        lambda d: d["state"]["_attempts"][2].__setitem__(4, ["L", "x"])
+        lambda d: d["state"]["attempts"]["0"][1]["0"].__setitem__(3, "x")
+    ),
+    "a stream with a slot too many": _body_state(
+        lambda d: d["state"]["attempts"]["0"][1]["0"].append(0)
+    ),
+    "a body of the old tagged format": _body_state(
+        lambda d: d.update(state={"_attempts": ["D"], "events_total": 0})
+    ),
+    "a body of another schema": _body_state(lambda d: d["state"].update(schema=1)),
+    "an attempt holding another's record": _body_state(
+        lambda d: d["state"]["attempts"]["0"][0].update(attempt=5)
     ),
     "a file name with a slash": _body_state(
         lambda d: d["files"].update({"../x": next(iter(d["files"].values()))})
     ),
-    "an unknown class": _body_state(lambda d: d["state"].update(_attempts=["O", "os.system"])),
+    "an unknown event kind": _body_state(
+        lambda d: d["state"].update(best_hb=[[True, 1.0, 0, 0], {"kind": "os.system"}])
+    ),
     "a missing attribute": _body_state(lambda d: d["state"].pop("events_total")),
     "a wrong type": _body_state(lambda d: d["state"].update(events_total="many")),
     "deep nesting": lambda head, body: _rehash(
         head,
-        body.replace(
-            b'"_bad_heap":["L"]', b'"_bad_heap":' + b'["L",' * 200_000 + b"0" + b"]" * 200_000
-        ),
+        body.replace(b'"bad_heap":[]', b'"bad_heap":' + b"[" * 200_000 + b"0" + b"]" * 200_000),
     ),
     "a huge list": lambda head, body: _rehash(
-        head, body.replace(b'"_bad_heap":["L"]', b'"_bad_heap":["L"' + b',["T"]' * 20_000 + b"]")
+        head, body.replace(b'"bad_heap":[]', b'"bad_heap":[' + b"[]," * 20_000 + b"[]]")
     ),
 }
 

@@ -39,7 +39,7 @@ from ckptdash.control.dirs import write_at
 from ckptdash.rundir import RunDir
 from ckptdash.rundir.safe_read import O_CLOEXEC, O_DIRECTORY, open_dir, open_regular
 from ckptdash.state import RunState
-from ckptdash.state.state_codec import dump_state, fingerprint, restore_state
+from ckptdash.state.state_codec import decode_body, fingerprint
 from ckptdash.tail import Position, RunTailer
 
 SNAPSHOT_DIR: Final = "snapshot"
@@ -182,7 +182,7 @@ def write(run: RunDir, state: RunState, tailer: RunTailer) -> str:
                 "files": files,
                 "cwd": os.getcwd(),
                 "checkpoint_dirs": state.checkpoint_dirs,
-                "state": dump_state(state),
+                "state": state.export(),
             }
         )
     except (OSError, ValueError) as exc:
@@ -279,14 +279,12 @@ def _restore(run: RunDir, run_id: str, data: bytes) -> Opened:
         header.get("body_sha256") != hashlib.sha256(body).hexdigest()
     ):
         return Opened(None, None, "the snapshot's body is torn or corrupt")
-    doc = _decode.decode(body)
-    files = doc["files"]
-    if type(files) is not dict:
-        return Opened(None, None, "no file records")
-    if doc["cwd"] != os.getcwd():
+    doc = decode_body(body)  # every type checked: a body of another shape fails here
+    files = doc.files
+    if doc.cwd != os.getcwd():
         # A declared folder written relative was made absolute against the writer's cwd.
-        cwd = str(doc["cwd"]).rstrip(os.sep) + os.sep
-        if any(str(d).startswith(cwd) for d in doc["checkpoint_dirs"]):
+        cwd = doc.cwd.rstrip(os.sep) + os.sep
+        if any(d.startswith(cwd) for d in doc.checkpoint_dirs):
             return Opened(None, None, "written from another working directory")
     events_dir = str(run.events)
     positions = {}
@@ -301,7 +299,7 @@ def _restore(run: RunDir, run_id: str, data: bytes) -> Opened:
         positions[name] = Position(
             int(rec["offset"]), int(rec["lineno"]), int(rec["ino"]), int(rec["scanned"]), first
         )
-    state = restore_state(doc["state"], str(run.root), run_id)
+    state = RunState.restore(doc.state, str(run.root), run_id)
     tailer = RunTailer(run)
     tailer.resume(positions, run_id)
     return Opened(state, tailer, "", sum(p.offset + p.scanned for p in positions.values()))
