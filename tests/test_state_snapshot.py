@@ -481,8 +481,8 @@ def test_watch_and_the_dashboard_follower_open_from_the_snapshot(
     before = path.stat().st_mtime_ns
     watch = Watch(run.root, clock=lambda: T0 + 300)
     watch.poll()
-    watch.close()
     (opened,) = watch._set.open.values()
+    watch.close()
     assert opened.covered > 0 and path.stat().st_mtime_ns != before
     assert opened.state.to_dict() == replay(run).to_dict()
     _append(run, 3)

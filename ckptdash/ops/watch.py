@@ -353,6 +353,7 @@ class Watch:
         for run in self._runs.values():
             for w in run.writers.values():
                 w.close()
+        self._set.close()
         if self.webhook is not None:
             self.webhook.close()
 

@@ -162,6 +162,8 @@ class RunFollower:
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout)
         self._strategy.stop(timeout)
+        if self._thread is None or not self._thread.is_alive():
+            self._runs.close()  # the runs' states go; the latest snapshot stays readable
 
     def __enter__(self) -> RunFollower:
         return self.start()
