@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 import time
 import traceback
 from collections.abc import Callable, Mapping
@@ -42,7 +43,7 @@ from ckptdash.events import (
     SignalReceived,
 )
 from ckptdash.resume import ResumeChoice
-from ckptdash.rundir import RunDir
+from ckptdash.rundir import RunDir, door
 from ckptdash.rundir.writer import EventWriter
 from ckptdash.train import anomaly, crash_loop, dist, requeue, resuming
 from ckptdash.train.announce import announce_stream, announcement
@@ -88,6 +89,11 @@ class Session:
         if world_size is None:
             dist.check_initialised(self.world_size)
         self.host = socket.gethostname()
+        # Before anything is read or written: the run is its owner's alone, or refused
+        # (every rank: they all stop, with the same line naming the folder and the fix).
+        secured = door.secure_attempt(self.run.root)
+        if self.rank == 0 and secured.line():
+            print(secured.line(), file=sys.stderr, flush=True)
         self.attempt = dist.broadcast_int(
             attempt_number(self.run, self.scheduler) if self.rank == 0 else 0
         )
