@@ -226,6 +226,41 @@ def secure_attempt(root: str | os.PathLike[str]) -> Secured:
     return secure_run(root, group_inbox=group_steering(root))
 
 
+def own_folder(path: str | os.PathLike[str]) -> int:
+    """A held descriptor of a folder ckptdash writes into for the run outside its layout (a
+    logger's version folder it creates or continues): made with :data:`FOLDER_MODE` when
+    missing, tightened (``chmod go-w``) when this user owns it and others may write it.
+    Raises :class:`~ckptdash.errors.RunDirError` naming it when it is a link or another
+    account's."""
+    p = Path(path)
+    try:
+        make_folders(p.parent)
+        parent = os.open(p.parent, os.O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        try:
+            fd = make_folder(p.name, parent)
+        finally:
+            os.close(parent)
+    except OSError as exc:
+        raise RunDirError(f"{p}: cannot use the folder ({exc.strerror})") from None
+    st = os.fstat(fd)
+    me = os.geteuid()
+    if st.st_uid != me:
+        os.close(fd)
+        raise RunDirError(f"{p}: not continued: {_fix(p, st, me)}")
+    if others_can_write(st):
+        os.fchmod(fd, stat.S_IMODE(st.st_mode) & ~OTHERS_WRITE)
+    return fd
+
+
+def is_own_file(dir_fd: int, name: str) -> bool:
+    """Whether ``name`` in the held folder is this user's own regular file with one link."""
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except OSError:
+        return False
+    return stat.S_ISREG(st.st_mode) and not _refused(st, own=True, cap=NO_CAP)
+
+
 def make_folder(name: str, dir_fd: int | None, *, mode: int = FOLDER_MODE) -> int:
     """A held descriptor of the folder ``name`` (relative to ``dir_fd``), made with ``mode``
     when missing (:data:`FOLDER_MODE`: no group write whatever the umask), never a link."""
