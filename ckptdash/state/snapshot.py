@@ -31,6 +31,7 @@ import errno
 import hashlib
 import os
 import socket
+import stat
 import time
 from dataclasses import dataclass
 from typing import Any, Final
@@ -233,9 +234,7 @@ def _read(run: RunDir) -> tuple[bytes, os.stat_result, os.stat_result]:
     finally:
         os.close(root)
     try:
-        data, st = door.read_at(
-            folder, SNAPSHOT_FILE, MAX_SNAPSHOT_BYTES, path=snapshot_path(run)
-        )
+        data, st = door.read_at(folder, SNAPSHOT_FILE, MAX_SNAPSHOT_BYTES, path=snapshot_path(run))
         return data, st, os.fstat(folder)
     finally:
         os.close(folder)
