@@ -157,7 +157,9 @@ def secure_run(root: str | os.PathLike[str], *, group_inbox: bool = False) -> Se
     following a link; one this user owns that the group or others may write is tightened
     (``fchmod`` on the held descriptor: no other file is touched); one that is a link or that
     another account owns raises :class:`~ckptdash.errors.RunDirError` with one line naming it
-    and the fix. Folders missing are left for the job to make (:func:`make_folder`).
+    and the fix -- except the command folders under ``control/``, which the command channel
+    itself refuses to use (:mod:`ckptdash.control.dirs`: a ``control_failed`` event), so that
+    training goes on without commands. Folders missing are left for the job to make (:func:`make_folder`).
 
     ``group_inbox``: the owner opted in to group steering: ``control/group-inbox`` is made (or
     kept) group-writable; otherwise it is closed (mode 0755: the group reads, nobody drops).
@@ -181,12 +183,19 @@ def secure_run(root: str | os.PathLike[str], *, group_inbox: bool = False) -> Se
                 except FileNotFoundError:
                     continue
                 except NotARegularFile as exc:
+                    if parent == "control":
+                        continue  # the command channel refuses it itself, and trains on
                     raise RunDirError(
                         f"{path}: {exc.strerror}; refusing to train in it. Remove it: ckptdash"
                         " recreates the folder"
                     ) from None
             fd = held[name]
             st = os.fstat(fd)
+            if st.st_uid != me and parent == "control":
+                # control/inbox, claimed/, done/ or the group inbox of another account: the
+                # command channel never moves a file through it (a control_failed event says
+                # so at every attempt), and training goes on.
+                continue
             if st.st_uid != me:
                 raise RunDirError(f"{path}: refusing to train in it: {_fix(path, st, me)}")
             if name == GROUP_INBOX:
