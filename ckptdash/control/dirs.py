@@ -31,7 +31,7 @@ from typing import Final
 
 from ckptdash.errors import ControlError, NotARegularFile
 from ckptdash.rundir import CONTROL_DIR, TEMP_PREFIX, RunDir
-from ckptdash.rundir.door import user_name
+from ckptdash.rundir.door import user_name as user_name
 from ckptdash.rundir.safe_read import O_CLOEXEC, O_DIRECTORY, O_NOFOLLOW, open_dir
 
 SCAN_BUDGET_S: Final = 0.002

@@ -36,7 +36,7 @@ from ckptdash.errors import (
     UnreadableControlFile,
 )
 from ckptdash.events import Settings, decode_settings, encode_settings
-from ckptdash.rundir import SETTINGS_FILE, RunDir
+from ckptdash.rundir import SETTINGS_FILE, RunDir, door
 
 if sys.platform != "win32":
     import fcntl
@@ -175,8 +175,10 @@ def _settings_lock(rd: RunDir, control: int) -> Iterator[None]:
     lock_path = rd.root / SETTINGS_LOCK
     with _process_settings_lock:
         try:
-            flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
-            fd = os.open(LOCK_NAME, flags, FILE_MODE, dir_fd=control)
+            # The one door: a FIFO or a link in its place is refused, never waited on.
+            fd, _ = door.open_at(
+                control, LOCK_NAME, write=True, create=True, mode=FILE_MODE, path=lock_path
+            )
         except OSError as exc:
             raise ControlError(
                 f"{lock_path}: cannot open the settings lock ({exc.strerror}); check that you"

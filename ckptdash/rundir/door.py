@@ -29,6 +29,7 @@ import functools
 import os
 import pwd
 import stat
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -159,7 +160,8 @@ def secure_run(root: str | os.PathLike[str], *, group_inbox: bool = False) -> Se
     another account owns raises :class:`~ckptdash.errors.RunDirError` with one line naming it
     and the fix -- except the command folders under ``control/``, which the command channel
     itself refuses to use (:mod:`ckptdash.control.dirs`: a ``control_failed`` event), so that
-    training goes on without commands. Folders missing are left for the job to make (:func:`make_folder`).
+    training goes on without commands. Folders missing are left for the job to make
+    (:func:`make_folder`).
 
     ``group_inbox``: the owner opted in to group steering: ``control/group-inbox`` is made (or
     kept) group-writable; otherwise it is closed (mode 0755: the group reads, nobody drops).
@@ -228,11 +230,16 @@ def group_steering(root: str | os.PathLike[str]) -> bool:
         return False
 
 
-def secure_attempt(root: str | os.PathLike[str]) -> Secured:
+def secure_attempt(root: str | os.PathLike[str], *, say: bool = True) -> Secured:
     """:func:`secure_run` at the start of an attempt of the run at ``root`` (made when missing,
-    mode 0755), with the owner's group-steering choice."""
+    mode 0755), with the owner's group-steering choice; with ``say`` (rank 0) the one line
+    about what was tightened goes to stderr. Every rank calls it before reading or writing
+    anything of the run, so every rank stops with the same refusal."""
     make_folders(root)
-    return secure_run(root, group_inbox=group_steering(root))
+    done = secure_run(root, group_inbox=group_steering(root))
+    if say and done.line():
+        print(done.line(), file=sys.stderr, flush=True)
+    return done
 
 
 def own_folder(path: str | os.PathLike[str]) -> int:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import os
 import socket
-import sys
 import time
 import traceback
 from collections.abc import Callable, Mapping
@@ -89,11 +88,7 @@ class Session:
         if world_size is None:
             dist.check_initialised(self.world_size)
         self.host = socket.gethostname()
-        # Before anything is read or written: the run is its owner's alone, or refused
-        # (every rank: they all stop, with the same line naming the folder and the fix).
-        secured = door.secure_attempt(self.run.root)
-        if self.rank == 0 and secured.line():
-            print(secured.line(), file=sys.stderr, flush=True)
+        door.secure_attempt(self.run.root, say=self.rank == 0)  # the owner's alone, or refused
         self.attempt = dist.broadcast_int(
             attempt_number(self.run, self.scheduler) if self.rank == 0 else 0
         )
