@@ -34,6 +34,7 @@ from pathlib import Path
 from timing import Row
 
 from ckptdash import Monitor, control
+from ckptdash.events import CommandApplied, CommandReceived
 from ckptdash.rundir import RunDir
 from ckptdash.tail import RunTailer
 
@@ -121,8 +122,8 @@ def owner_save_beside_a_flood(run: Path) -> tuple[float, float]:
         proc.wait()
         cli_s = cli_s if cli_s is not None else time.perf_counter() - began
     events = [e for b in RunTailer(run).batches() for e in b.events]
-    received = next(e for e in events if e.KIND == "command_received")
-    applied = next(e for e in events if e.KIND == "command_applied")
+    received = next(e for e in events if isinstance(e, CommandReceived))
+    applied = next(e for e in events if isinstance(e, CommandApplied))
     return cli_s, applied.t - int(received.command_id.split("-")[0]) / 1e9
 
 

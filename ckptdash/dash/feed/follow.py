@@ -54,7 +54,7 @@ from ckptdash.dash.feed.snapshot import FolderSnapshot, RunSnapshot, SnapshotBui
 from ckptdash.errors import CkptDashError, RunDirError
 from ckptdash.events import Settings
 from ckptdash.ops import liveness
-from ckptdash.rundir import EVENTS_DIR, RunDir, find_runs
+from ckptdash.rundir import EVENTS_DIR, RunDir, door, find_runs
 from ckptdash.state import RunState
 from ckptdash.state.reading import leave_snapshot, resume
 from ckptdash.tail import RunTailer
@@ -323,6 +323,7 @@ class RunFollower:
                     settings_error=run.settings_error,
                     settings_key=run.settings_key,
                     gone=gone,
+                    untrusted=door.untrusted(run.rd.root),
                 )
             idle = last is not None and may_rest(last, self._clock(), run.awake_since)
             if seen is not None and last is not None and idle and run.tailer.caught_up:
