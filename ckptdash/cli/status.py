@@ -23,7 +23,7 @@ from ckptdash.errors import CkptDashError, RunDirError
 from ckptdash.ops import liveness
 from ckptdash.ops import slurm as slurm_admin
 from ckptdash.resume import choose_resume
-from ckptdash.rundir import RunDir, find_runs
+from ckptdash.rundir import RunDir, door, find_runs
 from ckptdash.state import RunState
 from ckptdash.state.checkpoints import checkpoint_order
 from ckptdash.state.records import SHOWN_STALE_AFTER_S, AttemptInfo, CheckpointInfo
@@ -42,6 +42,7 @@ def status_command(args: argparse.Namespace) -> int:
         for run, state, view in zip(runs, states, views, strict=True):
             d = state.to_dict()
             d["alerts"] = health_cli.alerts_of(run, state, args)
+            d["untrusted"] = door.untrusted(run.root)
             if view is not None:
                 d["scheduler"] = view.to_dict()
             dicts.append(d)
@@ -126,7 +127,8 @@ def render_run_lines(runs: list[RunDir], states: list[RunState], now: float | No
         rows.append(
             [
                 run.root.name,
-                run_word(state, now, gone=liveness.gone_here(state, now=now)),
+                run_word(state, now, gone=liveness.gone_here(state, now=now))
+                + (" (untrusted)" if door.untrusted(run.root) else ""),
                 "-" if newest is None else str(newest.attempt),
                 step,
                 fmt.rough_age(None if newest is None else newest.last_heartbeat_t, now),
@@ -226,6 +228,9 @@ def _header_lines(
 ) -> list[str]:
     """The run, its requeue setting and pin, SLURM's view, and what the next attempt resumes."""
     lines = [f"run {state.run_id}  {run.root}"]
+    why = door.untrusted(run.root)
+    if why:
+        lines.append(f"UNTRUSTED: {why}; what it records may have been written by others")
     try:
         settings = control.read_settings(run)
         requeue = "suspended" if settings.requeue_suspended else "auto"

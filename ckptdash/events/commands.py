@@ -95,6 +95,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     from before the boundary are never chosen again."""
     health: dict[str, float] = msgspec.field(default_factory=dict)
     """Health thresholds of this run by name (``ckptdash health RUN --set NAME=VALUE``)."""
+    group_steering: bool = False
+    """The project group may send commands (``ckptdash steer RUN --group``): the owner's next
+    attempt opens ``control/group-inbox/`` to the group. Honoured only in a settings file the
+    run's owner wrote; without it the inbox is the owner's alone."""
     updated_at: NonNegFloat = 0.0
     updated_by: str = ""
 

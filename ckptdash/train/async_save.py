@@ -41,6 +41,7 @@ from typing import Any
 
 from ckptdash.events import CheckpointFailed, CheckpointSaved, CheckpointStarted, Trigger
 from ckptdash.rundir import atomic_write
+from ckptdash.rundir.door import make_folders
 from ckptdash.rundir.writer import EventWriter
 from ckptdash.train.saving import record_save, torch_writer
 
@@ -294,7 +295,7 @@ class AsyncSaver:
         try:
             if writer is not None:
                 writer.emit(CheckpointStarted, step=step, path=str(target), trigger=trigger)
-            target.parent.mkdir(parents=True, exist_ok=True)
+            make_folders(target.parent)
             staged = area.stage(state)
         except BaseException as exc:
             self._release(area)

@@ -18,6 +18,7 @@ from typing import IO, Any
 from ckptdash.errors import EventWriteError
 from ckptdash.events import CheckpointFailed, CheckpointSaved, CheckpointStarted, Trigger
 from ckptdash.rundir import atomic_write, fsync_dir, manifest
+from ckptdash.rundir.door import fsync_saved, make_folders
 from ckptdash.rundir.hashing import checksum_file
 from ckptdash.rundir.writer import EventWriter
 
@@ -128,7 +129,7 @@ def save_atomic(
 ) -> CheckpointSaved | None:
     """``torch.save(obj, path)`` atomically, with the checksum computed while writing."""
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    make_folders(target.parent)
 
     def write() -> tuple[int, str]:
         result = atomic_write(target, torch_writer(obj))
@@ -149,19 +150,9 @@ def durable_existing(path: str | os.PathLike[str]) -> tuple[int, str]:
     p = Path(path)
     if p.is_dir():
         return manifest.write(p)
-    _fsync_file(p)
+    fsync_saved(p)
     fsync_dir(p.parent)
     return checksum_file(p)
-
-
-def _fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass  # read-only descriptors cannot fsync on some filesystems; the data is written
-    finally:
-        os.close(fd)
 
 
 def _describe(exc: BaseException) -> str:

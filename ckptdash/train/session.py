@@ -42,7 +42,7 @@ from ckptdash.events import (
     SignalReceived,
 )
 from ckptdash.resume import ResumeChoice
-from ckptdash.rundir import RunDir
+from ckptdash.rundir import RunDir, door
 from ckptdash.rundir.writer import EventWriter
 from ckptdash.train import anomaly, crash_loop, dist, requeue, resuming
 from ckptdash.train.announce import announce_stream, announcement
@@ -88,6 +88,7 @@ class Session:
         if world_size is None:
             dist.check_initialised(self.world_size)
         self.host = socket.gethostname()
+        door.secure_attempt(self.run.root, say=self.rank == 0)  # the owner's alone, or refused
         self.attempt = dist.broadcast_int(
             attempt_number(self.run, self.scheduler) if self.rank == 0 else 0
         )

@@ -47,6 +47,7 @@ from ckptdash.dash.feed.snapshot import FolderSnapshot, RunSnapshot, SnapshotBui
 from ckptdash.errors import CkptDashError, RunDirError
 from ckptdash.events import Settings
 from ckptdash.ops import liveness
+from ckptdash.rundir import door
 from ckptdash.state.runset import OpenRun, RunSet
 
 log = logging.getLogger(__name__)
@@ -292,6 +293,7 @@ class RunFollower:
                     settings_error=view.settings_error,
                     settings_key=view.settings_key,
                     gone=gone,
+                    untrusted=door.untrusted(run.rd.root),
                 )
             if self._runs.settle(run):  # it rests: only its line is kept, and no watch
                 del self._views[run.root]
