@@ -144,6 +144,7 @@ def checkpoint_info(path: str, c: Checkpoint) -> CheckpointInfo:
         info.blocking_s = sv.duration_s if sv.blocking_s is None else sv.blocking_s
         info.monitored = sv.monitored
         info.written_at, info.unvalidated = sv.written_at, sv.unvalidated or ""
+        info.artifact, info.same_as = sv.artifact or "", sv.same_as
         i = bisect.bisect_right(c.starts, sv.t)  # its checkpoint_started, if it wrote one
         info.started_at = c.starts[i - 1] if i else sv.t - sv.duration_s
     elif c.starts:

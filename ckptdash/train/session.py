@@ -23,12 +23,13 @@ import os
 import socket
 import time
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any, Final
 
 from ckptdash import control
 from ckptdash.events import (
     CheckpointDirDeclared,
+    CheckpointInvalid,
     CheckpointSaved,
     CommandApplied,
     CommandExpired,
@@ -257,15 +258,25 @@ class Session:
         training (the outcome is already in the log, so the command is not applied again)."""
         self.commands.complete(claimed, self.step)
 
-    def choose_resume(self) -> ResumeChoice:
-        """Apply the resume rule on rank 0, tell every rank, and record the choice and skips."""
+    def choose_resume(self, exclude: Collection[str] = ()) -> ResumeChoice:
+        """Apply the resume rule on rank 0, tell every rank, and record the choice and skips;
+        ``exclude``: recorded paths this attempt failed to load (no candidates now)."""
         lead = self.writer if self.rank == 0 else None
-        return resuming.choose(self.run, lead, validate=self.config.validate)
+        return resuming.choose(self.run, lead, validate=self.config.validate, exclude=exclude)
 
-    def check_given(self, path: str) -> str:
+    def refuse_checkpoint(self, path: str, reason: str) -> None:
+        """Record (rank 0) that ``path``, a recorded checkpoint, failed to load for ``reason``:
+        ``checkpoint_invalid``, so no later choice takes it again."""
+        if self.rank == 0:
+            self.writer.emit(
+                CheckpointInvalid, step=self.step, path=os.path.abspath(path), reason=reason
+            )
+
+    def check_given(self, path: str) -> tuple[str, str]:
         """Validate a checkpoint the user chose to resume from (rank 0 judges, every rank gets
-        the answer): the ``run_resumed`` reason, or :class:`~ckptdash.errors.CheckpointChoiceError`
-        on every rank after recording why as ``checkpoint_invalid``."""
+        the answer): the file to load (``path``, or the checkpoint a link points at) and the
+        ``run_resumed`` reason, or :class:`~ckptdash.errors.CheckpointChoiceError` on every
+        rank after recording why as ``checkpoint_invalid``."""
         lead = self.writer if self.rank == 0 else None
         return resuming.check_given(self.run, lead, path, validate=self.config.validate)
 
