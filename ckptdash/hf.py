@@ -36,6 +36,7 @@ from ckptdash.train.monitor import Monitor
 __all__ = ["CkptDashCallback"]
 
 _PREFIX = "checkpoint-"
+SAVE_ONLY_MODEL = "save_only_model=True: no optimizer, scheduler or RNG state (HF cannot resume it)"
 
 
 class CkptDashCallback(TrainerCallback):
@@ -186,7 +187,11 @@ class CkptDashCallback(TrainerCallback):
         if monitor is None or out is None:
             return
         path = out / f"{_PREFIX}{state.global_step}"
-        monitor.record(path, trigger=self._trigger_for(monitor, state), step=state.global_step)
+        resumable: bool | str = True
+        if getattr(args, "save_only_model", False):  # HF: such a checkpoint cannot resume
+            resumable = SAVE_ONLY_MODEL
+        trigger = self._trigger_for(monitor, state)
+        monitor.record(path, trigger=trigger, step=state.global_step, resumable=resumable)
         if monitor.should_stop:
             control.should_training_stop = True
         if monitor.session.rank == 0:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from ckptdash.errors import CheckpointChoiceError, CheckpointMismatchError, CkptDashError
+from ckptdash.events import CheckpointInvalid
 from ckptdash.lightning.checkpoint_io import weights_only
 from ckptdash.lightning.frames import UNKNOWN, given_ckpt_path
 from ckptdash.train.misfit import MISFIT_ERRORS, gist, misfit_message, older_resumable
@@ -99,7 +100,7 @@ class _ResumeHook:
                 )
             # An artifact its record does not mark (saved before records said so): refused
             # for good, and the rule's next choice read instead.
-            self.session.refuse_checkpoint(path, f"cannot resume training from it: {why}")
+            _refuse(self.session, path, f"cannot resume training from it: {why}")
             choice = self.session.choose_resume(exclude=self._tried())
             refused, path = os.path.basename(path), choice.path
             reason = f"{choice.reason}; fell back from {refused} ({why})"
@@ -154,7 +155,7 @@ class _ResumeHook:
                 self._pending = (candidate, reason)
         if self._misfits:
             for refused, why in self._misfits:
-                self.session.refuse_checkpoint(refused, f"does not fit this model: {why}")
+                _refuse(self.session, refused, f"does not fit this model: {why}")
             if self._pending is not None:
                 shown = ", ".join(f"{os.path.basename(p)} ({why})" for p, why in self._misfits)
                 path, reason = self._pending
@@ -172,6 +173,14 @@ class _ResumeHook:
         path = getattr(self.connector, "_ckpt_path", None)
         with _misfit_as_one_line(self.session, path):
             return self._restore_training()
+
+
+def _refuse(session: Session, path: str, reason: str) -> None:
+    """Record (rank 0) that ``path``, a recorded checkpoint, failed to load for ``reason``
+    (``checkpoint_invalid``): no later choice takes it again."""
+    if session.rank == 0:
+        where = os.path.abspath(path)
+        session.writer.emit(CheckpointInvalid, step=session.step, path=where, reason=reason)
 
 
 @contextlib.contextmanager

@@ -28,6 +28,7 @@ from ckptdash.errors import CkptDashError, SaveError
 from ckptdash.events import CheckpointRemoved, CheckpointSaved, CheckpointStarted, Trigger
 from ckptdash.resume import ResumeChoice
 from ckptdash.train import dist, publish, submitit_job
+from ckptdash.train.artifacts import artifact_of
 from ckptdash.train.async_save import AsyncSaver, SaveHandle
 from ckptdash.train.config import TrainConfig
 from ckptdash.train.decision import Decision
@@ -186,6 +187,7 @@ class Monitor:
         *,
         trigger: Trigger | None = None,
         all_ranks: bool = False,
+        resumable: bool | None = None,
     ) -> CheckpointSaved | None:
         """Save ``state`` atomically with ``torch.save`` and record it.
 
@@ -193,6 +195,8 @@ class Monitor:
         ``api``. ``path`` defaults to ``checkpoints/step=N.ckpt`` in the run
         directory. A dict ``state`` gets a ``ckptdash`` key with trigger,
         attempt, scheduler and job id. Only rank 0 writes unless ``all_ranks``.
+        ``resumable=False``: an artifact (weights for evaluation), never resumed from;
+        default: judged by :func:`~ckptdash.train.artifacts.artifact_of`.
         """
         if self._saver is not None:
             self._saver.wait()  # after the background saves: a path's newest save wins
@@ -213,6 +217,7 @@ class Monitor:
                     trigger=trig,
                     step=session.step,
                     epoch=session.epoch,
+                    artifact=artifact_of(state, resumable),
                 )
             except BaseException as exc:
                 if decision is not None:
@@ -229,6 +234,7 @@ class Monitor:
         *,
         trigger: Trigger | None = None,
         all_ranks: bool = False,
+        resumable: bool | None = None,
     ) -> SaveHandle:
         """Like :meth:`save`, but training stalls only while ``state`` is copied to memory.
 
@@ -254,7 +260,9 @@ class Monitor:
             # It must be durable before commands are answered, the job requeued or stopped:
             # training waits for all of it either way, and writing directly is faster than
             # staging a copy first (and its stall is recorded as the whole save).
-            saved = self.save(state, target, trigger=trigger, all_ranks=all_ranks)
+            saved = self.save(
+                state, target, trigger=trigger, all_ranks=all_ranks, resumable=resumable
+            )
             return SaveHandle.finished(os.path.abspath(target), trig, session.step, saved)
         if isinstance(state, dict):
             state = {**state, META_KEY: session.metadata(trig)}
@@ -271,6 +279,7 @@ class Monitor:
             trigger=trig,
             step=session.step,
             epoch=session.epoch,
+            artifact=artifact_of(state, resumable),
         )
 
     def wait_saves(self, timeout: float | None = None) -> None:
@@ -323,6 +332,7 @@ class Monitor:
         *,
         trigger: Trigger | None = None,
         step: int | None = None,
+        resumable: bool | str = True,
     ) -> CheckpointSaved | None:
         """Record a file or directory checkpoint that other code already wrote in place.
 
@@ -331,7 +341,7 @@ class Monitor:
         every file and, for a directory, writes its manifest; then ``checkpoint_saved``.
         The folder holding ``path`` is declared as one of the run's checkpoint folders.
         ``step`` defaults to the last one given to :meth:`step`. A pending decision is
-        answered as by :meth:`save`.
+        answered as by :meth:`save`. ``resumable``: False (or why not) for an artifact.
         """
         session = self.session
         if step is not None:
@@ -342,6 +352,7 @@ class Monitor:
         dist.agree_max([0])  # a barrier: every rank's files are written
         saved = None
         error: str | None = None
+        artifact = resumable if isinstance(resumable, str) else artifact_of(None, resumable)
         if session.rank == 0:
             try:
                 saved = record_save(
@@ -352,6 +363,7 @@ class Monitor:
                     epoch=session.epoch,
                     write=lambda: durable_existing(target),
                     announce=target not in self._announced,
+                    artifact=artifact,
                 )
             except Exception as exc:
                 error = f"{type(exc).__name__}: {exc}"

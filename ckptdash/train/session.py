@@ -29,7 +29,6 @@ from typing import Any, Final
 from ckptdash import control
 from ckptdash.events import (
     CheckpointDirDeclared,
-    CheckpointInvalid,
     CheckpointSaved,
     CommandApplied,
     CommandExpired,
@@ -259,18 +258,9 @@ class Session:
         self.commands.complete(claimed, self.step)
 
     def choose_resume(self, exclude: Collection[str] = ()) -> ResumeChoice:
-        """Apply the resume rule on rank 0, tell every rank, and record the choice and skips;
-        ``exclude``: recorded paths this attempt failed to load (no candidates now)."""
+        """The resume rule on rank 0 (less ``exclude``), told to every rank, skips recorded."""
         lead = self.writer if self.rank == 0 else None
         return resuming.choose(self.run, lead, validate=self.config.validate, exclude=exclude)
-
-    def refuse_checkpoint(self, path: str, reason: str) -> None:
-        """Record (rank 0) that ``path``, a recorded checkpoint, failed to load for ``reason``:
-        ``checkpoint_invalid``, so no later choice takes it again."""
-        if self.rank == 0:
-            self.writer.emit(
-                CheckpointInvalid, step=self.step, path=os.path.abspath(path), reason=reason
-            )
 
     def check_given(self, path: str) -> tuple[str, str]:
         """Validate a checkpoint the user chose to resume from (rank 0 judges, every rank gets
