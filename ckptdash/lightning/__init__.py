@@ -40,7 +40,7 @@ from ckptdash.lightning.frames import (
     in_spawn_launcher,
     under_lightning_interrupt_handling,
 )
-from ckptdash.lightning.links import follow_links, last_after_stop
+from ckptdash.lightning.links import claim_lasts, follow_links, make_lasts
 from ckptdash.lightning.loggers import TrainerLoggers, install_fit_hook
 from ckptdash.lightning.resume import hook_resume
 from ckptdash.lightning.signals import take_signals_over
@@ -149,8 +149,8 @@ class CkptDashCallback(pl.Callback):
         self._error: BaseException | None = None
         self._ticker: Ticker | None = None
         self._loggers: TrainerLoggers | None = None
-        self._stop_save: tuple[str, Trigger] | None = None
-        """ckptdash's save that ends training (path, trigger), once made."""
+        self._stop_save: tuple[list[tuple[Any, str]], str, Trigger] | None = None
+        """ckptdash's save that ends training: the last.ckpt files to make, path, trigger."""
         self._set_up = False
         """Whether this callback's setup ran for the fit now going on (see _failed_at_start)."""
         _skip_unused_hooks(self)
@@ -392,6 +392,7 @@ class CkptDashCallback(pl.Callback):
             trainer.should_stop = trainer.should_stop or session.stop_reason is not None
             return
         path = self.config.checkpoint_path / f"step={trainer.global_step}-{decision.trigger}.ckpt"
+        lasts = claim_lasts(trainer) if decision.stop else []
         with self._saving(decision.trigger):
             try:
                 trainer.save_checkpoint(path)
@@ -404,7 +405,7 @@ class CkptDashCallback(pl.Callback):
         session.after_save(None, str(path))
         if session.stop_reason is not None:
             trainer.should_stop = True
-            self._stop_save = (os.path.abspath(path), decision.trigger)
+            self._stop_save = (lasts, os.path.abspath(path), decision.trigger)
 
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
         self._stop_timed_checks()
@@ -436,7 +437,7 @@ class CkptDashCallback(pl.Callback):
             if self._stop_save is not None:
                 stop_save, self._stop_save = self._stop_save, None
                 with contextlib.suppress(OSError):  # Lightning would have tried; no worse
-                    last_after_stop(trainer, session, *stop_save)
+                    make_lasts(trainer, session, *stop_save)
             session.close()
         else:
             session.release_signals()  # one that came after the last check is recorded too

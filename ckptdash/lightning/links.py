@@ -5,9 +5,10 @@ file, updated outside the CheckpointIO: each update is recorded here as a
 ``checkpoint_saved`` with ``same_as`` (the target), so the record follows the link. After a
 signal save ckptdash ends training, and ModelCheckpoint (``save_last``) would write
 ``last.ckpt`` at the same step once more, after the attempt ended, as a new periodic save:
-ckptdash makes that ``last.ckpt`` itself before the attempt ends — a link to the signal save
-(``"link"``) or a copy of its bytes (``True``) — and records it as such. A resume through
-either loads the checkpoint it stands for (:mod:`ckptdash.resume`).
+ckptdash makes that ``last.ckpt`` itself before the attempt ends — a link to the signal
+save (``"link"``) or a copy of its bytes (``True``) — records it as such, and names it in the
+signal save's ModelCheckpoint state, so that the resumed ModelCheckpoint goes on with it. A
+resume through either loads the checkpoint it stands for (:mod:`ckptdash.resume`).
 """
 
 from __future__ import annotations
@@ -73,10 +74,13 @@ def record_same(
     return event
 
 
-def last_after_stop(trainer: Any, session: Session, saved: str, trigger: Trigger) -> None:
-    """Before the attempt ends on ckptdash's save at ``saved``: make each ModelCheckpoint's
-    ``last.ckpt`` that Lightning would write next (``save_last`` and nothing saved by it
-    this attempt) as a link to, or copy of, ``saved``, and record it so."""
+def claim_lasts(trainer: Any) -> list[tuple[Any, str]]:
+    """Before ckptdash's save that ends training: each ModelCheckpoint whose ``last.ckpt``
+    Lightning would write after it (``save_last``, nothing saved by it this attempt), with
+    that path. Its ``last_model_path`` is set now, so that the save's callback state names
+    the file: an attempt resuming from the save keeps the name (Lightning would otherwise
+    take ``last.ckpt`` for a stranger's and write ``last-v1.ckpt``)."""
+    out = []
     for cb in getattr(trainer, "checkpoint_callbacks", []):
         if not isinstance(cb, ModelCheckpoint) or not cb.save_last or cb._last_checkpoint_saved:
             continue
@@ -86,13 +90,22 @@ def last_after_stop(trainer: Any, session: Session, saved: str, trigger: Trigger
             )
         except Exception:  # a filename template that needs a metric not logged: Lightning's
             continue
-        last = os.path.abspath(name)
+        cb.last_model_path = os.path.abspath(name)
+        out.append((cb, cb.last_model_path))
+    return out
+
+
+def make_lasts(
+    trainer: Any, session: Session, lasts: list[tuple[Any, str]], saved: str, trigger: Trigger
+) -> None:
+    """After that save, at ``saved``, before the attempt ends: make each claimed
+    ``last.ckpt`` a link to, or copy of, ``saved`` (rank 0), record it so, and leave
+    Lightning's ``on_train_end`` nothing to write."""
+    for cb, last in lasts:
         if session.rank == 0 and last != os.path.abspath(saved):
             _make_last(session, cb, last, saved, trigger, trainer)
-        # Lightning's on_train_end now has nothing left to write, and "last" names this file.
         cb._last_checkpoint_saved = saved
         cb._last_global_step_saved = trainer.global_step
-        cb.last_model_path = last
 
 
 def _make_last(

@@ -34,7 +34,7 @@ from ckptdash.train.config import TrainConfig
 from ckptdash.train.decision import Decision
 from ckptdash.train.excepthook import ExceptHook
 from ckptdash.train.logger_runs import LoggerRuns
-from ckptdash.train.misfit import MISFIT_ERRORS, misfit_message
+from ckptdash.train.misfit import MISFIT_ERRORS, misfit_message, older_resumable
 from ckptdash.train.saving import META_KEY, durable_existing, record_save, save_atomic
 from ckptdash.train.scheduler import Scheduler
 from ckptdash.train.session import SIGNAL_STOPS, Session
@@ -195,13 +195,13 @@ class Monitor:
         ``api``. ``path`` defaults to ``checkpoints/step=N.ckpt`` in the run
         directory. A dict ``state`` gets a ``ckptdash`` key with trigger,
         attempt, scheduler and job id. Only rank 0 writes unless ``all_ranks``.
-        ``resumable=False``: an artifact (weights for evaluation), never resumed from;
-        default: judged by :func:`~ckptdash.train.artifacts.artifact_of`.
+        ``resumable=False``: an artifact, never resumed from (:mod:`ckptdash.train.artifacts`).
         """
         if self._saver is not None:
             self._saver.wait()  # after the background saves: a path's newest save wins
         session = self.session
-        decision = session.decision
+        artifact = artifact_of(state, resumable)
+        decision = session.decision if artifact is None else None  # an artifact answers none
         trig: Trigger = trigger or (decision.trigger if decision else "api")
         target = Path(path) if path else self.config.checkpoint_path / f"step={session.step}.ckpt"
         if isinstance(state, dict):
@@ -217,7 +217,7 @@ class Monitor:
                     trigger=trig,
                     step=session.step,
                     epoch=session.epoch,
-                    artifact=artifact_of(state, resumable),
+                    artifact=artifact,
                 )
             except BaseException as exc:
                 if decision is not None:
@@ -253,16 +253,15 @@ class Monitor:
         >>> handle = monitor.save_async({"model": model.state_dict()})  # doctest: +SKIP
         """
         session = self.session
-        decision = session.decision
+        artifact = artifact_of(state, resumable)
+        decision = session.decision if artifact is None else None  # an artifact answers none
         trig: Trigger = trigger or (decision.trigger if decision else "api")
         target = Path(path) if path else self.config.checkpoint_path / f"step={session.step}.ckpt"
         if decision is not None and (trigger is None or trigger == decision.trigger):
             # It must be durable before commands are answered, the job requeued or stopped:
             # training waits for all of it either way, and writing directly is faster than
             # staging a copy first (and its stall is recorded as the whole save).
-            saved = self.save(
-                state, target, trigger=trigger, all_ranks=all_ranks, resumable=resumable
-            )
+            saved = self.save(state, target, trigger=trigger, all_ranks=all_ranks)
             return SaveHandle.finished(os.path.abspath(target), trig, session.step, saved)
         if isinstance(state, dict):
             state = {**state, META_KEY: session.metadata(trig)}
@@ -279,7 +278,7 @@ class Monitor:
             trigger=trig,
             step=session.step,
             epoch=session.epoch,
-            artifact=artifact_of(state, resumable),
+            artifact=artifact,
         )
 
     def wait_saves(self, timeout: float | None = None) -> None:
@@ -451,7 +450,8 @@ class Monitor:
         at_load = error is not None and self._loaded is not None
         if at_load and isinstance(error, MISFIT_ERRORS) and not isinstance(error, CkptDashError):
             assert self._loaded is not None
-            failure = misfit_message(self.config.run_dir, self._loaded, error)
+            older = older_resumable(self.config.run_dir, self._loaded)
+            failure = misfit_message(self.config.run_dir, self._loaded, error, older=older)
             add_note = getattr(error, "add_note", None)  # Python 3.11+
             if add_note is not None:
                 add_note(f"ckptdash: {failure}")
