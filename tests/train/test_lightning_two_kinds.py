@@ -28,6 +28,7 @@ from tests.train.test_distributed import job_env  # noqa: E402
 from tests.train.test_lightning import Tiny, callback, trainer  # noqa: E402
 from tests.train.test_lightning_reuse import fit as fit_wide  # noqa: E402
 from tests.train.two_kinds_worker import both_kinds  # noqa: E402
+from tests.train.two_kinds_worker import main as worker_main  # noqa: E402
 
 WORKER = Path(__file__).with_name("two_kinds_worker.py")
 
@@ -58,7 +59,7 @@ def _events(run: Path) -> list[dict[str, Any]]:
 
 
 def test_a_kill_after_a_weights_only_best_resumes_from_the_full_checkpoint(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Issue 33, 1: ModelCheckpoint(every 4, save_last=True) beside a weights-only "best"
     (save_weights_only=True, top 1), SIGKILL at step 10. The newest file is best-step=9, an
@@ -75,14 +76,16 @@ def test_a_kill_after_a_weights_only_best_resumes_from_the_full_checkpoint(
     choice = ckptdash.choose_resume(run)
     assert choice.step == 8 and "passed over best-step=9.ckpt" in choice.reason
 
-    resumed = _launch(tmp_path, run, "--max-steps", "12")
-    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    monkeypatch.setattr(sys, "argv", [str(WORKER), str(run), "--max-steps", "12"])
+    worker_main()  # the next attempt, in this process
     state = state_of(run)
     assert state.attempts[1].outcome == "finished"
     path, reason = _resumed(run, 1)
     assert _resumed_step(run, 1) == 8 and state.checkpoints[path].resumable
     assert "passed over best-step=9.ckpt" in reason
-    assert [c["resumes"] for c in ckptdash.checkpoints(run) if c["step"] == 9] == [False]
+    kinds = {c["path"]: (c["resumes"], c["kind"]) for c in ckptdash.checkpoints(run)}
+    assert kinds["best/best-step=9.ckpt"] == (False, "artifact")
+    assert kinds["full/epoch=0-step=8.ckpt"] == (True, "resumes")
 
 
 def _forget_artifacts(run: Path) -> None:
