@@ -93,3 +93,22 @@ def test_a_pin_of_an_artifact_is_refused_saying_why(
     assert verdict.error is not None and "it is an artifact" in verdict.error
     assert f"The newest valid checkpoint is {full}" in verdict.error
     assert state_of(run).checkpoints[weights].status == "saved"  # refused, not invalid
+
+
+def test_a_link_leaving_the_runs_checkpoint_folders_is_refused(tmp_path: Path) -> None:
+    """A ``last.ckpt`` link planted beside the checkpoints (docs/security.md), pointing at a
+    file outside the run's folders: given as ``ckpt_path`` it is refused naming where it
+    leads; a link to the run's own checkpoint is judged as that checkpoint."""
+    run = tmp_path / "run"
+    full, _weights = _saved_both(run)
+    stranger = tmp_path / "elsewhere.ckpt"
+    torch.save({"model": {}}, stranger)
+    planted = run / "checkpoints" / "last.ckpt"
+    planted.symlink_to(stranger)
+    verdict = judge_given(run, planted)
+    assert verdict.error is not None and f"a symbolic link to {stranger}" in verdict.error
+    own = run / "checkpoints" / "own-last.ckpt"
+    own.symlink_to(Path(full).name)
+    verdict = judge_given(run, own)
+    assert verdict.error is None and verdict.load == full
+    assert "through the link own-last.ckpt" in verdict.reason
