@@ -93,6 +93,13 @@ def test_a_pin_of_an_artifact_is_refused_saying_why(
     assert verdict.error is not None and "it is an artifact" in verdict.error
     assert f"The newest valid checkpoint is {full}" in verdict.error
     assert state_of(run).checkpoints[weights].status == "saved"  # refused, not invalid
+    capsys.readouterr()
+    assert main(["status", str(run)]) == 0
+    rows = {
+        r[-1]: r[:4] for r in (line.split() for line in capsys.readouterr().out.splitlines()) if r
+    }
+    assert rows["checkpoints/step=3.ckpt"] == ["3", "api", "resumes", "saved"]
+    assert rows["checkpoints/step=5.ckpt"] == ["5", "api", "artifact", "saved"]
 
 
 def test_a_link_leaving_the_runs_checkpoint_folders_is_refused(tmp_path: Path) -> None:
