@@ -79,6 +79,15 @@ class CkptDashCallback(TrainerCallback):
                 RuntimeWarning,
                 stacklevel=2,
             )
+        if getattr(args, "save_only_model", False) and state.is_world_process_zero:
+            warnings.warn(
+                "ckptdash: TrainingArguments(save_only_model=True): HF cannot resume training"
+                " from these checkpoints, so ckptdash records them as artifacts and never"
+                " resumes from one (a preemption restarts from the newest full checkpoint, or"
+                " from scratch); turn it off for checkpoints that resume",
+                RuntimeWarning,
+                stacklevel=2,
+            )
         monitor = self.monitor = Monitor(config=self.config, max_steps=state.max_steps or None)
         # train() returns after a preemption and the submitted function goes on.
         lead = monitor.session.rank == 0
