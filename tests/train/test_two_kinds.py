@@ -119,3 +119,32 @@ def test_a_link_leaving_the_runs_checkpoint_folders_is_refused(tmp_path: Path) -
     verdict = judge_given(run, own)
     assert verdict.error is None and verdict.load == full
     assert "through the link own-last.ckpt" in verdict.reason
+
+
+def test_a_plain_loop_misfit_names_the_older_checkpoint_that_fits_never_start_fresh(
+    tmp_path: Path,
+) -> None:
+    """A plain loop cannot be handed another file after its own load failed: the one line,
+    and the crash-loop alert after the second same failure, name the older checkpoint to
+    pin (``--pin checkpoints/step=5.ckpt``) instead of "start fresh", which would throw it
+    away."""
+    from ckptdash.analysis import health
+    from tests.train.test_run_reuse import attempt
+
+    run = tmp_path / "run"
+    attempt(run, width=1, steps=6, save_at=(5,))
+    with ckptdash.Monitor(run, max_steps=301, pulse_interval_s=0) as monitor:
+        monitor.step(300)  # another model's checkpoint, newer
+        monitor.save({"model": torch.nn.Linear(4, 2).state_dict(), "step": 300})
+    pin = f"ckptdash resume {run} --pin checkpoints/step=5.ckpt"
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match="size mismatch") as info:
+            attempt(run, width=1, steps=400)
+        notes = " ".join(getattr(info.value, "__notes__", []))
+        assert "an older checkpoint that resumes training is checkpoints/step=5.ckpt" in notes
+        assert pin in notes
+    alert = health.crash_loop(state_of(run))
+    assert alert is not None and f"pin the older checkpoint the error names: `{pin}`" in (
+        alert.detail
+    )
+    assert "start fresh" not in alert.detail
