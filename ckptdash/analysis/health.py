@@ -457,14 +457,24 @@ def crash_loop(state: RunState | Facts, th: Thresholds | None = None) -> Alert |
         return None
     last = newest[-1]
     first = newest[0].attempt
+    # A checkpoint that does not fit while an older one exists: the error names the pin,
+    # and "start fresh" would throw that one away (ckptdash.train.misfit).
+    pin = _PIN_ADVICE.search(last.end_reason)
+    way_out = (
+        f"pin the older checkpoint the error names: `{pin.group(1)}`"
+        if pin
+        else "fix the cause, or start fresh with `ckptdash resume RUN --fresh`"
+    )
     return Alert(
         "crash_loop",
         last.ended_at or last.started_at or 0.0,
         f"attempts {first}-{last.attempt} failed the same way before saving anything:"
-        f" {short_error(last.end_reason)}; restarting cannot help: fix the cause, or start"
-        " fresh with `ckptdash resume RUN --fresh`",
+        f" {short_error(last.end_reason)}; restarting cannot help: {way_out}",
         last.attempt,
     )
+
+
+_PIN_ADVICE: Final = re.compile(r"`(ckptdash resume \S+ --pin \S+)`")
 
 
 def short_error(error: str, limit: int = 120) -> str:

@@ -39,7 +39,7 @@ from ckptdash.cli import wait as cli_wait
 from ckptdash.cli.status import goodput_command, render_status, run_word, status_command
 from ckptdash.errors import CkptDashError
 from ckptdash.ops import slurm as slurm_admin
-from ckptdash.resume import choose_resume, find_recorded
+from ckptdash.resume import artifact_refusal, choose_resume, find_recorded
 from ckptdash.rundir import RunDir, find_runs
 from ckptdash.state.reading import load_state
 from ckptdash.terminal import one_line, printable_output
@@ -366,6 +366,8 @@ def _resume(args: argparse.Namespace) -> int:
                 f"{args.pin}: not a checkpoint this run recorded; pick a path from"
                 f" `ckptdash status {run.root}` (pins are limited to recorded checkpoints)"
             )
+        if match.artifact:
+            raise CkptDashError(artifact_refusal(match))
         lifted = crash_loop.lift(run)
         control.update_settings(run, resume_pin=match.path, sticky=args.sticky)
     elif args.clear:
@@ -383,6 +385,8 @@ def _resume(args: argparse.Namespace) -> int:
     print(one_line(f"because: {choice.reason}"))
     for path, reason in choice.skipped:
         print(one_line(f"skipped {path}: {reason}"))
+    for path, reason in choice.passed_over:
+        print(one_line(f"passed over {path}: {reason} (an artifact: cannot resume training)"))
     return 0
 
 

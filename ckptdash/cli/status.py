@@ -26,6 +26,7 @@ from ckptdash.resume import choose_resume
 from ckptdash.rundir import RunDir, door, find_runs
 from ckptdash.state import RunState
 from ckptdash.state.checkpoints import checkpoint_order
+from ckptdash.state.checkpoints import kind as checkpoint_kind
 from ckptdash.state.records import SHOWN_STALE_AFTER_S, AttemptInfo, CheckpointInfo
 from ckptdash.state.runset import RunSet
 from ckptdash.terminal import one_line
@@ -284,11 +285,12 @@ def _checkpoints_table(run: RunDir, state: RunState) -> str:
     boundary = state.fresh_start()
     since = boundary.attempt if boundary is not None else -1
     return _table(
-        ["step", "trigger", "status", "size", "save s", "attempt", "path"],
+        ["step", "trigger", "kind", "status", "size", "save s", "attempt", "path"],
         [
             [
                 _opt(c.step),
                 c.trigger,
+                checkpoint_kind(c, state.checkpoints),
                 c.status
                 + (" (unvalidated)" if c.unvalidated else "")
                 + (" (before fresh start)" if _history(c, since) else ""),

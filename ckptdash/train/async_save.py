@@ -69,6 +69,8 @@ class SaveHandle:
         self.step = step
         self.monitored: dict[str, float] | None = None
         """What a Lightning ModelCheckpoint monitored at this save (recorded with it)."""
+        self.artifact: str | None = None
+        """Why the save cannot resume training (recorded with it), None when it can."""
         self.blocking_s = 0.0
         """How long the caller was stalled: waiting for a free staging area, plus staging."""
         self._finished = threading.Event()
@@ -269,6 +271,7 @@ class AsyncSaver:
         on_saved: Callable[[CheckpointSaved], None] | None = None,
         fail_on_earlier: bool = False,
         monitored: dict[str, float] | None = None,
+        artifact: str | None = None,
     ) -> SaveHandle:
         """Stage ``state`` now, persist it to ``path`` in the background; returns at once.
 
@@ -286,6 +289,7 @@ class AsyncSaver:
         target = Path(os.path.abspath(path))
         handle = SaveHandle(str(target), trigger, step)
         handle.monitored = monitored
+        handle.artifact = artifact
         area = self._acquire()
         if fail_on_earlier:
             for failed in self.take_failures():
@@ -407,6 +411,7 @@ class AsyncSaver:
                 began=began,
                 blocking_s=handle.blocking_s,
                 monitored=handle.monitored,
+                artifact=handle.artifact,
             )
         except BaseException as exc:  # handed to the caller through the handle
             error = exc

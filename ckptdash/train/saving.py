@@ -58,12 +58,15 @@ def record_save(
     began: float | None = None,
     blocking_s: float | None = None,
     monitored: dict[str, float] | None = None,
+    artifact: str | None = None,
 ) -> CheckpointSaved | None:
     """Run ``write`` (returns size and checksum, or a :class:`Written`) between a started and
     a saved/failed event.
 
     ``announce=False``: the ``checkpoint_started`` was already written (before the other
     code began writing, so that a kill during the write is known to the next attempt).
+    ``artifact``: why the checkpoint cannot resume training (weights only, an export), None
+    when it can (recorded as the event's ``artifact``).
     An asynchronous save (:mod:`ckptdash.train.async_save`) announced itself when it was
     staged, passes that moment as ``began`` (a ``perf_counter`` reading, so
     ``duration_s`` runs from the call to durable) and its stall as ``blocking_s``.
@@ -111,6 +114,7 @@ def record_save(
         epoch=epoch,
         **({} if blocking_s is None else {"blocking_s": blocking_s}),
         **({} if not monitored else {"monitored": monitored}),
+        **({} if not artifact else {"artifact": artifact}),
         **where,
     )
     assert isinstance(event, CheckpointSaved)
@@ -126,6 +130,7 @@ def save_atomic(
     step: int | None,
     epoch: int | None = None,
     monitored: dict[str, float] | None = None,
+    artifact: str | None = None,
 ) -> CheckpointSaved | None:
     """``torch.save(obj, path)`` atomically, with the checksum computed while writing."""
     target = Path(path)
@@ -136,7 +141,14 @@ def save_atomic(
         return result.size_bytes, result.checksum
 
     return record_save(
-        writer, target, trigger=trigger, step=step, epoch=epoch, write=write, monitored=monitored
+        writer,
+        target,
+        trigger=trigger,
+        step=step,
+        epoch=epoch,
+        write=write,
+        monitored=monitored,
+        artifact=artifact,
     )
 
 

@@ -23,7 +23,7 @@ import os
 import socket
 import time
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any, Final
 
 from ckptdash import control
@@ -258,15 +258,16 @@ class Session:
         training (the outcome is already in the log, so the command is not applied again)."""
         self.commands.complete(claimed, self.step)
 
-    def choose_resume(self) -> ResumeChoice:
-        """Apply the resume rule on rank 0, tell every rank, and record the choice and skips."""
+    def choose_resume(self, exclude: Collection[str] = ()) -> ResumeChoice:
+        """The resume rule on rank 0 (less ``exclude``), told to every rank, skips recorded."""
         lead = self.writer if self.rank == 0 else None
-        return resuming.choose(self.run, lead, validate=self.config.validate)
+        return resuming.choose(self.run, lead, validate=self.config.validate, exclude=exclude)
 
-    def check_given(self, path: str) -> str:
+    def check_given(self, path: str) -> tuple[str, str]:
         """Validate a checkpoint the user chose to resume from (rank 0 judges, every rank gets
-        the answer): the ``run_resumed`` reason, or :class:`~ckptdash.errors.CheckpointChoiceError`
-        on every rank after recording why as ``checkpoint_invalid``."""
+        the answer): the file to load (``path``, or the checkpoint a link points at) and the
+        ``run_resumed`` reason, or :class:`~ckptdash.errors.CheckpointChoiceError` on every
+        rank after recording why as ``checkpoint_invalid``."""
         lead = self.writer if self.rank == 0 else None
         return resuming.check_given(self.run, lead, path, validate=self.config.validate)
 

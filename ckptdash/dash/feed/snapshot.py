@@ -148,8 +148,9 @@ class RunSnapshot:
         return None if newest is None else newest.last_heartbeat_t
 
     def valid_paths(self) -> frozenset[str]:
-        """Paths of checkpoints that are resume candidates (the only ones a pin may name)."""
-        return frozenset(c.path for c in self.checkpoints if c.status == "saved")
+        """Paths of checkpoints that are resume candidates (the only ones a pin may name):
+        saved, and resuming training (no artifact)."""
+        return frozenset(c.path for c in self.checkpoints if c.status == "saved" and c.resumable)
 
 
 def summarize(snap: RunSnapshot) -> RunSnapshot:
