@@ -17,7 +17,7 @@ UNIT := not (integration or slurm or ui or notebook or process or slow)
 
 $(STAMP): pyproject.toml constraints-dev.txt
 	test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints-dev.txt -e '.[test,lightning]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints-dev.txt -e '.[train,test,lightning]'
 	touch $@
 
 setup: $(STAMP)
