@@ -72,15 +72,18 @@ def load_each(
     runs: list[RunDir], path: str | Path
 ) -> tuple[list[RunDir], list[RunState], list[tuple[RunDir, str]]]:
     """The state of each run of a folder; a run that cannot be read fails alone (its
-    reason in the third list) and the others go on. A single run's error is raised."""
+    reason in the third list) and the others go on. A single run's error is raised.
+
+    The command line asks for a snapshot (``write=True``): the next command on a long run
+    opens from it; the library's ``load_state`` writes none unless asked."""
     if len(runs) == 1 and runs[0].root == Path(path):
-        return runs, [load_state(runs[0])], []
+        return runs, [load_state(runs[0], write=True)], []
     good: list[RunDir] = []
     states: list[RunState] = []
     broken: list[tuple[RunDir, str]] = []
     for run in runs:
         try:
-            states.append(load_state(run))
+            states.append(load_state(run, write=True))
         except CkptDashError as exc:
             broken.append((run, str(exc)))
             continue
