@@ -107,8 +107,10 @@ def update_settings(
     settings at once do not undo each other. An existing file that does not
     parse is left alone and :class:`MalformedControlFile` is raised.
 
-    >>> update_settings("runs/exp1", requeue_suspended=True)  # doctest: +SKIP
-    >>> update_settings("runs/exp1", resume_pin="checkpoints/step=1200.ckpt")  # doctest: +SKIP
+    >>> update_settings("runs/exp1", requeue_suspended=True).requeue_suspended
+    True
+    >>> update_settings("runs/exp1", resume_pin="checkpoints/step=1200.ckpt").resume_pin
+    'checkpoints/step=1200.ckpt'
     """
     if requeue_suspended is not None and not isinstance(requeue_suspended, bool):
         raise ControlError(f"requeue_suspended={requeue_suspended!r}: must be True or False")

@@ -111,8 +111,7 @@ def load_state(
     bytes) leaves a fresh snapshot behind when much of the log had to be read (the command
     line asks, so that the next ``ckptdash status`` of a long run opens fast).
 
-    >>> from ckptdash import write_sample_run
-    >>> state = load_state(write_sample_run(getfixture("tmp_path") / "exp1"))
+    >>> state = load_state("runs/exp1")  # the sample run (ckptdash.write_sample_run)
     >>> [a.outcome for a in state.attempts.values()]
     ['stopped', 'lost', 'running']
     """
