@@ -270,7 +270,8 @@ def _opened_outside(state: RunState, info: CheckpointInfo) -> str:
 def resume_path(run_dir: str | os.PathLike[str]) -> str | None:
     """The checkpoint the next attempt should load, or ``None`` for a fresh start.
 
-    >>> trainer.fit(model, ckpt_path=ckptdash.resume_path("runs/exp1"))  # doctest: +SKIP
+    >>> ckptdash.resume_path("runs/exp1")   # trainer.fit(model, ckpt_path=...) takes it
+    'runs/exp1/checkpoints/epoch=3-step=12448.ckpt'
     """
     run = RunDir(run_dir)
     if not run.is_run():

@@ -42,6 +42,7 @@ def test_public_surface_is_pinned() -> None:
     import ckptdash
 
     assert ckptdash.__all__ == [
+        "Alert",
         "CheckpointChoiceError",
         "CkptDashError",
         "ConfigError",
@@ -50,6 +51,7 @@ def test_public_surface_is_pinned() -> None:
         "ResumeChoice",
         "RunDirError",
         "RunGoodput",
+        "RunState",
         "SaveError",
         "TrainConfig",
         "alerts",

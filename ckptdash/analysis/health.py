@@ -25,9 +25,10 @@ clock where it can be: how long a rank has been stuck at a step is the differenc
 its own timestamps; only the time since its last event is measured against ``now``, and an
 event from the future (a host clock ahead of ours) counts as just now.
 
->>> alerts = detect(load_state("runs/exp1"), Thresholds(hung_after_s=120))  # doctest: +SKIP
->>> [a.kind for a in alerts]
-['hung']
+>>> from ckptdash import load_state
+>>> alerts = detect(load_state("runs/exp1"), Thresholds(hung_after_s=120))
+>>> sorted({a.kind for a in alerts}) <= sorted(KINDS)
+True
 """
 
 from __future__ import annotations

@@ -38,12 +38,11 @@ from ckptdash.cli import serve as cli_serve
 from ckptdash.cli import wait as cli_wait
 from ckptdash.cli.status import goodput_command, render_status, run_word, status_command
 from ckptdash.errors import CkptDashError
-from ckptdash.ops import slurm as slurm_admin
+from ckptdash.ops import actions
 from ckptdash.resume import artifact_refusal, choose_resume, find_recorded
 from ckptdash.rundir import RunDir, find_runs
 from ckptdash.state.reading import load_state
 from ckptdash.terminal import one_line, printable_output
-from ckptdash.train import crash_loop
 
 __all__ = ["main", "render_status"]  # render_status: `ckptdash status RUN` in a notebook
 
@@ -247,7 +246,8 @@ def _issue(args: argparse.Namespace) -> int:
         )
     if args.wait and not (args.timeout > 0):
         raise CkptDashError(f"--timeout {args.timeout}: must be a positive number of seconds")
-    cmd = control.issue(run, args.command, ttl_s=args.ttl)
+    send = actions.stop_after_save if args.command == "stop_after_save" else actions.save_now
+    cmd = send(run, ttl_s=args.ttl)
     short = fmt.short_id(cmd.id)
     then = (
         "waiting for the job's answer"
@@ -283,7 +283,7 @@ def _requeue(args: argparse.Namespace) -> int:
     if args.yes:
         raise CkptDashError("--yes only confirms --cancel-pending; leave it out here")
     if args.suspend or args.resume:
-        control.update_settings(run, requeue_suspended=bool(args.suspend))
+        actions.set_requeue(run, suspended=bool(args.suspend))
     settings = control.read_settings(run)
     print(f"auto-requeue: {'suspended' if settings.requeue_suspended else 'on'} ({run.settings})")
     if args.suspend or args.resume:
@@ -298,32 +298,15 @@ def _requeue(args: argparse.Namespace) -> int:
 
 
 def _job_for(run: RunDir, given: str | None) -> str | None:
-    if given:
-        return slurm_admin.check_job_id(given)
-    return slurm_admin.job_of(load_state(run).attempts.values())
-
-
-def _verify(run: RunDir, given: str | None, job: str) -> None:
-    """Refuse (SlurmRefused, exit 2) a job that is not the user's, or, read from the log, not
-    the run's own; see slurm_admin.verify_job. A job named with --job is the user's choice."""
-    slurm_admin.verify_job(job, run_root=None if given else run.root)
+    return actions.job_for(load_state(run).attempts.values(), given)
 
 
 def _mirror_requeue(run: RunDir, given: str | None, *, allowed: bool) -> None:
     """Copy the suspend setting onto the SLURM job (Requeue=0/1) when SLURM can be asked."""
     job = _job_for(run, given)
-    if job is None:
-        return
-    try:
-        _verify(run, given, job)
-    except slurm_admin.SlurmUnavailable as exc:  # the run's own setting still holds
-        print(f"slurm job {job}: Requeue={'1' if allowed else '0'} not set: {exc}")
-        return
-    except slurm_admin.SlurmError as exc:  # nothing is sent to SLURM unverified
-        raise type(exc)(
-            f"{exc}; the run's setting is changed, the job's Requeue flag is not"
-        ) from None
-    print(slurm_admin.mirror_requeue(job, allowed))
+    if job is not None:
+        # A job named with --job is the user's choice; one read from the log must be the run's.
+        print(actions.mirror_requeue(job, allowed=allowed, run_root=None if given else run.root))
 
 
 def _scheduler_control(run: RunDir, args: argparse.Namespace) -> int:
@@ -339,15 +322,17 @@ def _scheduler_control(run: RunDir, args: argparse.Namespace) -> int:
             f"slurm job {job}: --cancel-pending cancels the requeued job (the run keeps its"
             " checkpoints); add --yes to confirm"
         )
-    _verify(run, args.job, job)
+    # Refused (SlurmRefused, exit 2): a job that is not the user's, or, read from the log, not
+    # the run's own (ckptdash.ops.slurm.verify_job). A job named with --job is the user's choice.
+    root = None if args.job else run.root
     if args.hold:
-        view = slurm_admin.hold(job)
+        view = actions.hold(job, run_root=root)
         print(f"slurm job {job}: held ({view.describe()}); `ckptdash requeue {run.root} --release`")
     elif args.release:
-        view = slurm_admin.release(job)
+        view = actions.release(job, run_root=root)
         print(f"slurm job {job}: released ({view.describe()})")
     else:
-        after = slurm_admin.cancel_pending(job)
+        after = actions.cancel_pending(job, run_root=root)
         state = after.describe() if after is not None else "gone from the queue"
         print(f"slurm job {job}: cancelled while pending ({state})")
     return 0
@@ -368,18 +353,16 @@ def _resume(args: argparse.Namespace) -> int:
             )
         if match.artifact:
             raise CkptDashError(artifact_refusal(match))
-        lifted = crash_loop.lift(run)
-        control.update_settings(run, resume_pin=match.path, sticky=args.sticky)
+        lifted = actions.pin(run, match.path, sticky=args.sticky).lifted_crash_loop
     elif args.clear:
-        control.update_settings(run, resume_pin=None, fresh_start=False)
+        actions.clear_pin(run)
     elif args.fresh:
-        lifted = crash_loop.lift(run)
-        control.update_settings(run, fresh_start=True)
+        lifted = actions.start_fresh(run).lifted_crash_loop
         print(
             "the next attempt starts fresh; checkpoints recorded before it are never chosen again"
         )
     if lifted:
-        print("requeue: back to auto (it was suspended after a crash loop)")
+        print(actions.LIFTED)
     choice = choose_resume(run, state=state)
     print(one_line(f"next attempt resumes from: {choice.path or 'nothing (fresh start)'}"))
     print(one_line(f"because: {choice.reason}"))

@@ -40,8 +40,10 @@ def status_command(args: argparse.Namespace) -> int:
     views = [None] * len(states) if args.no_scheduler else job_statuses(states)
     if args.json:
         dicts = []
+        now = time.time()
         for run, state, view in zip(runs, states, views, strict=True):
             d = state.to_dict()
+            judge_into(d, run, state, now, resume=len(states) == 1)
             d["alerts"] = health_cli.alerts_of(run, state, args)
             d["untrusted"] = door.untrusted(run.root)
             if view is not None:
@@ -104,6 +106,40 @@ def run_word(
     if newest is not None and newest.outcome == "running" and gone and newest.attempt in gone:
         return "lost"
     return run_words.run_word(newest, state.requeues, state.signals, now, stale_after_s)
+
+
+def judge_into(
+    d: dict[str, Any], run: RunDir, state: RunState, now: float, *, resume: bool = True
+) -> None:
+    """Add to ``d`` (``state.to_dict()``) every judgement the text of ``ckptdash status``
+    shows beyond the recorded state, in the fields docs/format.md documents: the run's word
+    (``state``: ``lost``, ``stale``, …), each attempt's ``shown_outcome`` and ``lost`` line,
+    each checkpoint's ``before_fresh_start``, and ``next_resume`` (with ``resume``: one run
+    in full, as the text shows it; a folder's line per run has none, so neither has its JSON).
+
+    Invariant: the text and the JSON are made from the same calls (:func:`run_word`,
+    :func:`_outcome`, :func:`_history`, :func:`~ckptdash.resume.choose_resume`), so a script
+    never reads ``running`` where a person reads ``lost``.
+    """
+    gone = liveness.gone_here(state, now=now)
+    d["judged_at"] = now
+    d["state"] = run_word(state, now, gone=gone)
+    for n, a in state.attempts.items():
+        entry = d["attempts"][str(n)]
+        entry["shown_outcome"] = "lost" if a.outcome == "running" and n in gone else a.outcome
+        entry["lost"] = gone.get(n)
+    boundary = state.fresh_start()
+    since = boundary.attempt if boundary is not None else -1
+    for path, c in state.checkpoints.items():
+        d["checkpoints"][path]["before_fresh_start"] = _history(c, since)
+    if not resume:
+        return
+    choice = choose_resume(run, state=state)
+    d["next_resume"] = {
+        "path": choice.path,
+        "reason": choice.reason,
+        "skipped": [{"path": p, "reason": why} for p, why in choice.skipped],
+    }
 
 
 def _newest(state: RunState) -> AttemptInfo | None:

@@ -44,6 +44,10 @@ if sys.platform != "win32":
 SETTINGS_LOCK: Final = "control/settings.lock"
 SETTINGS_NAME: Final = SETTINGS_FILE.rsplit("/", 1)[1]
 LOCK_NAME: Final = SETTINGS_LOCK.rsplit("/", 1)[1]
+CRASH_LOOP_AUTHOR: Final = "ckptdash crash loop"
+"""``updated_by`` of the requeue suspension a crash loop wrote (``ckptdash.train.crash_loop``):
+an action that answers the loop (a pin, a fresh start) lifts only a suspension with this author;
+one that someone set by hand stays."""
 _HOW_TO_FIX_SETTINGS: Final = "remove it and set the settings again (control.update_settings())"
 
 
@@ -107,8 +111,10 @@ def update_settings(
     settings at once do not undo each other. An existing file that does not
     parse is left alone and :class:`MalformedControlFile` is raised.
 
-    >>> update_settings("runs/exp1", requeue_suspended=True)  # doctest: +SKIP
-    >>> update_settings("runs/exp1", resume_pin="checkpoints/step=1200.ckpt")  # doctest: +SKIP
+    >>> update_settings("runs/exp1", requeue_suspended=True).requeue_suspended
+    True
+    >>> update_settings("runs/exp1", resume_pin="checkpoints/step=1200.ckpt").resume_pin
+    'checkpoints/step=1200.ckpt'
     """
     if requeue_suspended is not None and not isinstance(requeue_suspended, bool):
         raise ControlError(f"requeue_suspended={requeue_suspended!r}: must be True or False")

@@ -283,7 +283,7 @@ def dashboard(path: str | os.PathLike[str] | None = None, **options: Any) -> Das
     offline login node. ``options`` are :class:`DashOptions` fields.
 
     >>> import ckptdash                                   # doctest: +SKIP
-    >>> ckptdash.dashboard("runs/exp1")                   # last line of a cell: shows it
+    >>> ckptdash.dashboard("runs/exp1")  # doctest: +SKIP
     """
     pages.load_javascript()  # once per browser page: after a reload, again
     # A change sent before the front end has opened the widget's comm is lost, and an idle

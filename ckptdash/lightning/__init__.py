@@ -215,6 +215,10 @@ class CkptDashCallback(pl.Callback):
         self.session = session
         max_steps = trainer.max_steps if trainer.max_steps and trainer.max_steps > 0 else None
         session.start(max_steps=max_steps, install_signals=False)
+        # Before Lightning's fit() captures the handlers it restores at its teardown (which
+        # runs before ours, after run_finished may be near): a late USR2 is then held by
+        # what it restores, not ended by its default action (train/signals.py).
+        session.signals.hold_late()
         # fit() returns after a preemption and the submitted function goes on: only a wrapper
         # can keep its early return from becoming the submitit job's result.
         submitit_job.warn_if_unwrapped(

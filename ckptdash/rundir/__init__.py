@@ -107,7 +107,10 @@ def atomic_write(
     ``direct``: write around the page cache where the filesystem allows it
     (:mod:`ckptdash.rundir.direct_io`; the same bytes, far less CPU for a large file).
 
-    >>> atomic_write("run/control/settings.json", b"{}\\n")  # doctest: +SKIP
+    >>> atomic_write("notes.json", b"{}\\n").size_bytes
+    3
+    >>> open("notes.json", "rb").read()
+    b'{}\\n'
     """
     path = Path(target)
     tmp = temp_path_for(path)

@@ -19,9 +19,9 @@ agree with it; event files idle for :data:`COLD_AFTER` polls are looked at once
 every :data:`COLD_EVERY` polls.
 
 >>> tailer = RunTailer("runs/exp1")          # doctest: +SKIP
->>> for batch in tailer.batches():           # a big log, in cache-sized pieces
-...     state.apply(batch)
->>> state.apply(tailer.poll())               # later: only what is new
+>>> for batch in tailer.batches():           # doctest: +SKIP
+...     state.apply(batch)                   # a big log, in cache-sized pieces
+>>> state.apply(tailer.poll())               # doctest: +SKIP
 """
 
 from __future__ import annotations

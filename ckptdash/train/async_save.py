@@ -60,7 +60,7 @@ class SaveHandle:
     """One asynchronous save: :meth:`done` says whether it ended, :meth:`result` waits for it.
 
     >>> handle = monitor.save_async(state)  # doctest: +SKIP
-    >>> handle.result()                     # the durable CheckpointSaved, or the save's error
+    >>> handle.result()                     # doctest: +SKIP
     """
 
     def __init__(self, path: str, trigger: Trigger, step: int | None) -> None:

@@ -33,6 +33,7 @@ from ckptdash.dash.views.controls import Controls, requeue_said
 from ckptdash.dash.views.text import esc
 from ckptdash.dash.views.widgets import button, confirmation, html_pane
 from ckptdash.errors import ControlError
+from ckptdash.ops import actions
 from ckptdash.ops import slurm as slurm_admin
 from ckptdash.ops.slurm import JobStatus
 
@@ -177,24 +178,24 @@ class SchedulerPanel(pn.viewable.Viewer):  # type: ignore[misc]
     def hold(self) -> str:
         """Keep the pending job from starting (``scontrol hold``)."""
         self.controls.actions.check_allowed()
-        job = self._require_job()
-        view = slurm_admin.hold(job, runner=self._runner)
+        job, root = self._require_job()
+        view = actions.hold(job, run_root=root, runner=self._runner)
         self._answered(job, view)
         return f"slurm job {job}: held ({view.describe()}); Release job lets it start"
 
     def release(self) -> str:
         """Let a held job be scheduled again (``scontrol release``)."""
         self.controls.actions.check_allowed()
-        job = self._require_job()
-        view = slurm_admin.release(job, runner=self._runner)
+        job, root = self._require_job()
+        view = actions.release(job, run_root=root, runner=self._runner)
         self._answered(job, view)
         return f"slurm job {job}: released ({view.describe()})"
 
     def cancel_pending(self) -> str:
         """Cancel the job while it waits in the queue (``scancel --state=PENDING``)."""
         self.controls.actions.check_allowed()
-        job = self._require_job()
-        after = slurm_admin.cancel_pending(job, runner=self._runner)
+        job, root = self._require_job()
+        after = actions.cancel_pending(job, run_root=root, runner=self._runner)
         self._answered(job, after)
         state = after.describe() if after is not None else "gone from the queue"
         return f"slurm job {job}: cancelled while pending ({state})"
@@ -218,28 +219,27 @@ class SchedulerPanel(pn.viewable.Viewer):  # type: ignore[misc]
         def mirror() -> str:
             # Replaces the click's whole message line, so it repeats the setting's part.
             try:
-                slurm_admin.verify_job(job, run_root=root, runner=self._runner)
-            except slurm_admin.SlurmUnavailable as exc:  # the run's own setting still holds
-                return f"{requeue_said(suspended)}; slurm job {job}: Requeue={flag} not set: {exc}"
-            except slurm_admin.SlurmError as exc:  # nothing is sent to SLURM unverified
-                raise type(exc)(f"{requeue_said(suspended)}; Requeue not changed: {exc}") from None
-            answer = slurm_admin.mirror_requeue(job, not suspended, runner=self._runner)
+                answer = actions.mirror_requeue(
+                    job, allowed=not suspended, run_root=root, runner=self._runner
+                )
+            except slurm_admin.SlurmError as exc:  # refused: nothing was sent to SLURM
+                raise type(exc)(f"{requeue_said(suspended)}; {exc}") from None
             return f"{requeue_said(suspended)}; {answer}"
 
         self._queue(mirror)
         return f"slurm job {job}: asking SLURM to set Requeue={flag} …"
 
-    def _require_job(self) -> str:
-        """The selected run's job, once slurm_admin.verify_job accepts it (yours, and started by
-        this run: its log alone does not decide); SlurmRefused, shown on the page, if not."""
-        # The job's state is not checked here: slurm_admin asks SLURM and refuses (hold of a
+    def _require_job(self) -> tuple[str, str]:
+        """The selected run's job and run directory; the action verifies the job (yours, and
+        started by this run: its log alone does not decide) and refuses it, shown on the
+        page, if not."""
+        # The job's state is not checked here: the action asks SLURM and refuses (hold of a
         # running job; scancel --state=PENDING) whatever a stale page showed.
         with self._lock:
             job, root = self._job, self._root
         if job is None or root is None:
             raise ControlError("the selected run has no SLURM job; nothing to ask SLURM")
-        slurm_admin.verify_job(job, run_root=root, runner=self._runner)
-        return job
+        return job, root
 
     def _answered(self, job: str, view: slurm_admin.JobView | None) -> None:
         # On the background thread: shown through the delivery, like a refresh (which follows).
