@@ -30,17 +30,17 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from ckptdash import __version__, control
+from ckptdash import __version__, control, schedulers
 from ckptdash import humanize as fmt
 from ckptdash.cli import health as health_cli
 from ckptdash.cli import hints as cli_hints
 from ckptdash.cli import serve as cli_serve
 from ckptdash.cli import wait as cli_wait
 from ckptdash.cli.status import goodput_command, render_status, run_word, status_command
-from ckptdash.errors import CkptDashError
-from ckptdash.ops import slurm as slurm_admin
+from ckptdash.errors import CkptDashError, SchedulerError, SchedulerUnavailable
 from ckptdash.resume import choose_resume, find_recorded
 from ckptdash.rundir import RunDir, find_runs
+from ckptdash.schedulers.base import Queue
 from ckptdash.state.reading import load_state
 from ckptdash.terminal import one_line, printable_output
 from ckptdash.train import crash_loop
@@ -297,59 +297,74 @@ def _requeue(args: argparse.Namespace) -> int:
     return 0
 
 
-def _job_for(run: RunDir, given: str | None) -> str | None:
+def _job_for(run: RunDir, given: str | None) -> tuple[Queue, str] | None:
+    """The run's job and its scheduler: ``--job`` (the scheduler the run recorded, else the one
+    whose commands are here), or the newest attempt's."""
+    found = schedulers.job_of(load_state(run).attempts.values())
     if given:
-        return slurm_admin.check_job_id(given)
-    return slurm_admin.job_of(load_state(run).attempts.values())
+        name = found[0] if found else schedulers.queue_here()
+        queue = schedulers.queue_for(name)
+        assert queue is not None  # queue_here names a scheduler with a queue
+        return queue, queue.check_job_id(given)
+    if found is None:
+        return None
+    queue = schedulers.queue_for(found[0])
+    return None if queue is None else (queue, found[1])
 
 
-def _verify(run: RunDir, given: str | None, job: str) -> None:
-    """Refuse (SlurmRefused, exit 2) a job that is not the user's, or, read from the log, not
-    the run's own; see slurm_admin.verify_job. A job named with --job is the user's choice."""
-    slurm_admin.verify_job(job, run_root=None if given else run.root)
+def _verify(run: RunDir, given: str | None, queue: Queue, job: str) -> None:
+    """Refuse (SchedulerRefused, exit 2) a job that is not the user's, or, read from the log,
+    not the run's own; see Queue.verify_job. A job named with --job is the user's choice."""
+    queue.verify_job(job, run_root=None if given else run.root)
 
 
 def _mirror_requeue(run: RunDir, given: str | None, *, allowed: bool) -> None:
-    """Copy the suspend setting onto the SLURM job (Requeue=0/1) when SLURM can be asked."""
-    job = _job_for(run, given)
-    if job is None:
+    """Copy the suspend setting onto the job's own requeue switch (SLURM's Requeue=0/1, Grid
+    Engine's -r n/y) when the scheduler can be asked."""
+    found = _job_for(run, given)
+    if found is None:
         return
+    queue, job = found
     try:
-        _verify(run, given, job)
-    except slurm_admin.SlurmUnavailable as exc:  # the run's own setting still holds
-        print(f"slurm job {job}: Requeue={'1' if allowed else '0'} not set: {exc}")
+        _verify(run, given, queue, job)
+    except SchedulerUnavailable as exc:  # the run's own setting still holds
+        print(f"{queue.name} job {job}: {queue.switch(allowed)} not set: {exc}")
         return
-    except slurm_admin.SlurmError as exc:  # nothing is sent to SLURM unverified
+    except SchedulerError as exc:  # nothing is sent to the scheduler unverified
         raise type(exc)(
-            f"{exc}; the run's setting is changed, the job's Requeue flag is not"
+            f"{exc}; the run's setting is changed, the job's {queue.switch_name} flag is not"
         ) from None
-    print(slurm_admin.mirror_requeue(job, allowed))
+    print(queue.mirror_requeue(job, allowed))
 
 
 def _scheduler_control(run: RunDir, args: argparse.Namespace) -> int:
-    """--hold / --release / --cancel-pending: act on the job in SLURM's queue."""
-    job = _job_for(run, args.job)
-    if job is None:
+    """--hold / --release / --cancel-pending: act on the job in the scheduler's queue."""
+    found = _job_for(run, args.job)
+    if found is None:
         raise CkptDashError(
-            f"{run.root}: no attempt of this run recorded a SLURM job id; name the job with"
-            " --job JOBID"
+            f"{run.root}: no attempt of this run recorded a scheduler's job id (SLURM, Grid"
+            " Engine); name the job with --job JOBID"
         )
+    queue, job = found
     if args.cancel_pending and not args.yes:
         raise CkptDashError(
-            f"slurm job {job}: --cancel-pending cancels the requeued job (the run keeps its"
-            " checkpoints); add --yes to confirm"
+            f"{queue.name} job {job}: --cancel-pending cancels the requeued job (the run keeps"
+            " its checkpoints); add --yes to confirm"
         )
-    _verify(run, args.job, job)
+    _verify(run, args.job, queue, job)
     if args.hold:
-        view = slurm_admin.hold(job)
-        print(f"slurm job {job}: held ({view.describe()}); `ckptdash requeue {run.root} --release`")
+        view = queue.hold(job)
+        print(
+            f"{queue.name} job {job}: held ({view.describe()});"
+            f" `ckptdash requeue {run.root} --release`"
+        )
     elif args.release:
-        view = slurm_admin.release(job)
-        print(f"slurm job {job}: released ({view.describe()})")
+        view = queue.release(job)
+        print(f"{queue.name} job {job}: released ({view.describe()})")
     else:
-        after = slurm_admin.cancel_pending(job)
+        after = queue.cancel_pending(job)
         state = after.describe() if after is not None else "gone from the queue"
-        print(f"slurm job {job}: cancelled while pending ({state})")
+        print(f"{queue.name} job {job}: cancelled while pending ({state})")
     return 0
 
 
