@@ -170,9 +170,16 @@ class GridEngineScheduler(Scheduler):
         if job is None:
             return RequeueResult(False, "", None, "JOB_ID is not set; not inside a job")
         result = run_command(["qmod", "-rj", job])
-        return RequeueResult(
-            requeue_ok(result.returncode, result.output),
-            result.command,
-            result.returncode,
-            result.output,
-        )
+        ok, output = requeue_ok(result.returncode, result.output), result.output
+        if not ok and result.returncode == 0 and not output:
+            # Silent: the job is being rescheduled already (an operator's or the scheduler's
+            # own qmod -rj); its state then carries R and it will run again.
+            answer = self._ask(["qstat", "-u", "*"])
+            state = (
+                None
+                if answer is None
+                else state_of(answer[1], self.env["JOB_ID"], task_id(self.env))
+            )
+            if state is not None and "R" in state and "d" not in state:
+                ok, output = True, f"already being rescheduled (qstat state {state})"
+        return RequeueResult(ok, result.command, result.returncode, output)
