@@ -211,3 +211,27 @@ def test_status_and_refusal_as_for_slurm() -> None:
     assert GridEngineQueue(down).job_status("12").unavailable
     with pytest.raises(SchedulerUnavailable):
         GridEngineQueue(down).hold("12")
+
+
+def test_after_its_own_requeue_the_job_waits_for_grid_engines_kill(
+    tmp_path: os.PathLike[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Grid Engine does not rerun a job that exits before its reschedule kill: after a
+    qmod -rj that pushed the reschedule, the attempt's end waits until the job is gone from
+    qstat (here after three looks); without a requeue it does not wait at all."""
+    fake = tmp_path / "qmod"  # type: ignore[operator]
+    fake.write_text('#!/bin/sh\necho "Pushed rescheduling of job $2 on host vm"\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    looks: list[int] = []
+
+    def cell(argv: Sequence[str], t: float) -> tuple[int, str]:
+        looks.append(1)
+        return 0, listing(("12", "Rr", "")) if len(looks) < 3 else listing()
+
+    ge = GridEngineScheduler(ENV, cell)
+    ge.settle_requeue()
+    assert looks == []  # no requeue issued: nothing to wait for
+    assert ge.requeue().ok
+    ge.settle_requeue()
+    assert len(looks) == 3

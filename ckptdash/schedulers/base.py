@@ -82,6 +82,10 @@ class Scheduler:
     def requeue(self) -> RequeueResult:
         return RequeueResult(False, "", None, "no scheduler to requeue with (local run)")
 
+    def settle_requeue(self) -> None:
+        """Called as the attempt ends (rank 0, its outcome written): a scheduler that reruns a
+        job only if its own kill ends it (Grid Engine) waits here for that kill."""
+
 
 # A requeue makes the scheduler signal every process of the job, this command included, which
 # may still be finishing (the requeue done, its reply on the way): killed, it would turn a

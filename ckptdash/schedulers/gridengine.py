@@ -41,6 +41,10 @@ from ckptdash.schedulers.base import (
     subprocess_runner,
 )
 
+SETTLE_S = 300.0
+"""Longest wait for Grid Engine's kill after ckptdash's own ``qmod -rj`` (notify time: 60 s
+by default, the kill comes after it)."""
+
 RESCHEDULED = "Pushed rescheduling of"
 """What ``qmod -rj`` prints when it did reschedule the job (or task)."""
 
@@ -115,6 +119,7 @@ class GridEngineScheduler(Scheduler):
         self.runner: Runner = runner or subprocess_runner
         self._end_time: float | None = None
         self._end_time_read = False
+        self._issued = False
 
     @property
     def job_id(self) -> str | None:
@@ -182,4 +187,20 @@ class GridEngineScheduler(Scheduler):
             )
             if state is not None and "R" in state and "d" not in state:
                 ok, output = True, f"already being rescheduled (qstat state {state})"
+        self._issued = ok
         return RequeueResult(ok, result.command, result.returncode, output)
+
+    def settle_requeue(self) -> None:
+        """After ckptdash's own ``qmod -rj`` the job must not end by itself: Grid Engine does not
+        rerun a job that exits before its reschedule kill (the tier's soft-limit scenario). So
+        the last process waits for the kill (after the notify time), bounded by
+        :data:`SETTLE_S`, and returns early once Grid Engine no longer lists the job."""
+        if not self._issued:
+            return
+        deadline = time.monotonic() + SETTLE_S
+        while time.monotonic() < deadline:
+            answer = self._ask(["qstat", "-u", "*"])
+            job = self.env.get("JOB_ID", "")
+            if answer is not None and answer[0] == 0 and state_of(answer[1], job, None) is None:
+                return
+            time.sleep(0.5)

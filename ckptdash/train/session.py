@@ -319,6 +319,7 @@ class Session:
         if self._writer is not None:
             # Stays open: a user's trainer.save_checkpoint() after fit() is still recorded.
             self._writer.sync()
+            self.scheduler.settle_requeue()  # rank 0: Grid Engine's rerun needs its own kill
 
     def _requeue_if_asked_since_terminating(self) -> None:
         """A terminate signal followed by a requeue signal before the attempt ends is one

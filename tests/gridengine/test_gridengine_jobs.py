@@ -30,7 +30,7 @@ def reschedule(cell: Cell) -> dict[str, Any]:
     cell.wait("training", steps_reached(run, 5))
     said = cell.q("qmod", "-rj", job)
     cell.gone(job)
-    return {"job": job, "said": said}
+    return {"job": job, "said": said, "state": cell.state(job)}
 
 
 def qdel(cell: Cell) -> dict[str, Any]:
@@ -184,10 +184,10 @@ def _finished_in(run: Path, attempt: int) -> None:
 
 def test_reschedule_saves_on_usr2_and_the_rerun_resumes(scenarios: Scenarios) -> None:
     """qmod -rj: the job's SIGUSR2 is a preemption: saved, rescheduled, resumed, finished."""
-    scenarios.outcome("reschedule")
+    out = scenarios.outcome("reschedule")
     run = scenarios.cell.base / "reschedule"
     got = attempts(run)
-    assert any(s.get("trigger") == "signal" for s in got[0]["saves"]), got[0]
+    assert any(s.get("trigger") == "signal" for s in got[0]["saves"]), (out, got)
     _finished_in(run, 1)
     started = next(e for e in kinds(run, "run_started") if e["attempt"] == 1)
     assert started["scheduler"] == "gridengine"
