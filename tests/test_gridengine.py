@@ -227,7 +227,8 @@ def test_after_its_own_requeue_the_job_waits_for_grid_engines_kill(
 
     def cell(argv: Sequence[str], t: float) -> tuple[int, str]:
         looks.append(1)
-        return 0, listing(("12", "Rr", "")) if len(looks) < 3 else listing()
+        state = "r" if len(looks) == 1 else "Rr"  # running, then rescheduling
+        return 0, listing(("12", state, "")) if len(looks) < 3 else listing()
 
     ge = GridEngineScheduler(ENV, cell)
     ge.settle_requeue()
@@ -235,3 +236,24 @@ def test_after_its_own_requeue_the_job_waits_for_grid_engines_kill(
     assert ge.requeue().ok
     ge.settle_requeue()
     assert len(looks) == 3
+
+
+def test_a_reschedule_under_way_is_not_pushed_a_second_time(
+    tmp_path: os.PathLike[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A first run whose state carries R is being rescheduled already (an operator's
+    qmod -rj): ckptdash's requeue counts it and runs no second qmod -rj; a rerun
+    (RESTARTED=1, which keeps the R) still runs it."""
+    ran = tmp_path / "ran"  # type: ignore[operator]
+    fake = tmp_path / "qmod"  # type: ignore[operator]
+    fake.write_text(
+        f'#!/bin/sh\necho x >> {ran}\necho "Pushed rescheduling of job $2 on host vm"\n'
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    rr = lambda argv, t: (0, listing(("12", "Rr", "")))  # noqa: E731
+    first = GridEngineScheduler({**ENV, "RESTARTED": "0"}, rr).requeue()
+    assert first.ok and "already being rescheduled (qstat state Rr)" in first.output
+    assert not ran.exists()
+    assert GridEngineScheduler({**ENV, "RESTARTED": "1"}, rr).requeue().ok
+    assert ran.read_text() == "x\n"

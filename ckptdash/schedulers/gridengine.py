@@ -174,21 +174,32 @@ class GridEngineScheduler(Scheduler):
         job = self.job_id
         if job is None:
             return RequeueResult(False, "", None, "JOB_ID is not set; not inside a job")
+        state = self._state()
+        if self.env.get("RESTARTED", "0") == "0" and state and "R" in state and "d" not in state:
+            # An operator's or Grid Engine's own reschedule is under way (a first run carries R
+            # only then): a second qmod -rj on top of it was seen to leave the job not rerun.
+            # Nor does the job wait for the kill: Grid Engine may dispatch the rerun at once,
+            # and kills and forgets a job whose old run is still there ("not supposed to be
+            # there - killing").
+            self._issued = False
+            return RequeueResult(
+                True, f"qmod -rj {job}", None, f"already being rescheduled (qstat state {state})"
+            )
         result = run_command(["qmod", "-rj", job])
         ok, output = requeue_ok(result.returncode, result.output), result.output
         if not ok and result.returncode == 0 and not output:
-            # Silent: the job is being rescheduled already (an operator's or the scheduler's
-            # own qmod -rj); its state then carries R and it will run again.
-            answer = self._ask(["qstat", "-u", "*"])
-            state = (
-                None
-                if answer is None
-                else state_of(answer[1], self.env["JOB_ID"], task_id(self.env))
-            )
+            # Silent: the job is being rescheduled already; its state then carries R.
+            state = self._state()
             if state is not None and "R" in state and "d" not in state:
                 ok, output = True, f"already being rescheduled (qstat state {state})"
-        self._issued = ok
+        self._issued = ok and RESCHEDULED in output
         return RequeueResult(ok, result.command, result.returncode, output)
+
+    def _state(self) -> str | None:
+        answer = self._ask(["qstat", "-u", "*"])
+        if answer is None or answer[0] != 0:
+            return None
+        return state_of(answer[1], self.env.get("JOB_ID", ""), task_id(self.env))
 
     def settle_requeue(self) -> None:
         """After ckptdash's own ``qmod -rj`` the job must not end by itself: Grid Engine does not

@@ -141,7 +141,6 @@ def suspend_requeue(cell: Cell) -> dict[str, Any]:
 SCENARIOS: dict[str, Callable[[Cell], dict[str, Any]]] = {
     f.__name__: f
     for f in (
-        reschedule,
         qdel,
         suspend,
         exit99,
@@ -150,6 +149,7 @@ SCENARIOS: dict[str, Callable[[Cell], dict[str, Any]]] = {
         hold_release,
         cancel_pending,
         suspend_requeue,
+        reschedule,
     )
 }
 
