@@ -76,7 +76,7 @@ def soft_limit(cell: Cell) -> dict[str, Any]:
     ckptdash's handlers are in place gets Python's default action.)"""
     run = _run(cell, "soft")
     job = cell.submit(
-        RUN.format(run=run, steps=400, extra="--usr1-requeue"),
+        RUN.format(run=run, steps=300, extra="--usr1-requeue"),
         "-notify",
         "-r",
         "y",
