@@ -46,7 +46,7 @@ ALLOWED: Final[dict[tuple[str, str, str], str]] = {
     ("dash/feed/mounts.py", "filesystem_type", "open"): f"{_NOT_A_RUN}: /proc/self/mountinfo",
     ("dash/feed/resting.py", "fingerprint", "os.scandir"): "stat of names only, nothing opened",
     ("hf.py", "_checkpoints_in", ".iterdir"): "HF's own output folder: names only",
-    ("ops/job_evidence.py", "_listing", "os.scandir"): _LISTING,
+    ("schedulers/evidence.py", "_listing", "os.scandir"): _LISTING,
     ("rundir/__init__.py", "RunDir._ensure_control", "os.open"): (
         "the run folder itself, O_DIRECTORY: the folders in it are opened through open_dir"
     ),

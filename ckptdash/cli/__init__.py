@@ -30,7 +30,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from ckptdash import __version__, control
+from ckptdash import __version__, control, schedulers
 from ckptdash import humanize as fmt
 from ckptdash.cli import health as health_cli
 from ckptdash.cli import hints as cli_hints
@@ -41,6 +41,7 @@ from ckptdash.errors import CkptDashError
 from ckptdash.ops import actions
 from ckptdash.resume import artifact_refusal, choose_resume, find_recorded
 from ckptdash.rundir import RunDir, find_runs
+from ckptdash.schedulers.base import Queue
 from ckptdash.state.reading import load_state
 from ckptdash.terminal import one_line, printable_output
 
@@ -297,44 +298,51 @@ def _requeue(args: argparse.Namespace) -> int:
     return 0
 
 
-def _job_for(run: RunDir, given: str | None) -> str | None:
+def _job_for(run: RunDir, given: str | None) -> tuple[Queue, str] | None:
     return actions.job_for(load_state(run).attempts.values(), given)
 
 
 def _mirror_requeue(run: RunDir, given: str | None, *, allowed: bool) -> None:
-    """Copy the suspend setting onto the SLURM job (Requeue=0/1) when SLURM can be asked."""
-    job = _job_for(run, given)
-    if job is not None:
+    """Copy the suspend setting onto the job's own requeue switch (SLURM's Requeue=0/1, Grid
+    Engine's -r n/y) when the scheduler can be asked."""
+    found = _job_for(run, given)
+    if found is not None:
+        queue, job = found
         # A job named with --job is the user's choice; one read from the log must be the run's.
-        print(actions.mirror_requeue(job, allowed=allowed, run_root=None if given else run.root))
+        root = None if given else run.root
+        print(actions.mirror_requeue(queue, job, allowed=allowed, run_root=root))
 
 
 def _scheduler_control(run: RunDir, args: argparse.Namespace) -> int:
-    """--hold / --release / --cancel-pending: act on the job in SLURM's queue."""
-    job = _job_for(run, args.job)
-    if job is None:
+    """--hold / --release / --cancel-pending: act on the job in the scheduler's queue."""
+    found = _job_for(run, args.job)
+    if found is None:
         raise CkptDashError(
-            f"{run.root}: no attempt of this run recorded a SLURM job id; name the job with"
-            " --job JOBID"
+            f"{run.root}: no attempt of this run recorded a scheduler's job id (SLURM, Grid"
+            " Engine); name the job with --job JOBID"
         )
+    queue, job = found
     if args.cancel_pending and not args.yes:
         raise CkptDashError(
-            f"slurm job {job}: --cancel-pending cancels the requeued job (the run keeps its"
-            " checkpoints); add --yes to confirm"
+            f"{queue.name} job {job}: --cancel-pending cancels the requeued job (the run keeps"
+            " its checkpoints); add --yes to confirm"
         )
-    # Refused (SlurmRefused, exit 2): a job that is not the user's, or, read from the log, not
-    # the run's own (ckptdash.ops.slurm.verify_job). A job named with --job is the user's choice.
+    # Refused (SchedulerRefused, exit 2): a job that is not the user's, or, read from the log,
+    # not the run's own (Queue.verify_job). A job named with --job is the user's choice.
     root = None if args.job else run.root
     if args.hold:
-        view = actions.hold(job, run_root=root)
-        print(f"slurm job {job}: held ({view.describe()}); `ckptdash requeue {run.root} --release`")
+        view = actions.hold(queue, job, run_root=root)
+        print(
+            f"{queue.name} job {job}: held ({view.describe()});"
+            f" `ckptdash requeue {run.root} --release`"
+        )
     elif args.release:
-        view = actions.release(job, run_root=root)
-        print(f"slurm job {job}: released ({view.describe()})")
+        view = actions.release(queue, job, run_root=root)
+        print(f"{queue.name} job {job}: released ({view.describe()})")
     else:
-        after = actions.cancel_pending(job, run_root=root)
+        after = actions.cancel_pending(queue, job, run_root=root)
         state = after.describe() if after is not None else "gone from the queue"
-        print(f"slurm job {job}: cancelled while pending ({state})")
+        print(f"{queue.name} job {job}: cancelled while pending ({state})")
     return 0
 
 

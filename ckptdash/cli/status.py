@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from ckptdash import control
+from ckptdash import control, schedulers
 from ckptdash import humanize as fmt
 from ckptdash.analysis import run_words
 from ckptdash.analysis.health import short_error
@@ -21,9 +21,9 @@ from ckptdash.analysis.run_words import logger_line
 from ckptdash.cli import health as health_cli
 from ckptdash.errors import CkptDashError, RunDirError
 from ckptdash.ops import liveness
-from ckptdash.ops import slurm as slurm_admin
 from ckptdash.resume import choose_resume
 from ckptdash.rundir import RunDir, door, find_runs
+from ckptdash.schedulers.base import JobStatus
 from ckptdash.state import RunState
 from ckptdash.state.checkpoints import checkpoint_order
 from ckptdash.state.checkpoints import kind as checkpoint_kind
@@ -213,23 +213,26 @@ def goodput_command(args: argparse.Namespace) -> int:
     return _print_broken(broken, 0)
 
 
-def job_statuses(states: list[RunState]) -> list[slurm_admin.JobStatus | None]:
-    """SLURM's view of each run's job for ``status`` (None for a run with no SLURM job).
+def job_statuses(states: list[RunState]) -> list[JobStatus | None]:
+    """The scheduler's view of each run's job for ``status`` (None for a run with no job of a
+    scheduler ckptdash can ask).
 
-    Once SLURM cannot be asked at all it is not asked again for the other runs: an unreachable
-    controller costs one wait.
+    Once a scheduler cannot be asked at all it is not asked again for the other runs: an
+    unreachable controller costs one wait.
     """
-    out: list[slurm_admin.JobStatus | None] = []
-    unavailable = ""
+    out: list[JobStatus | None] = []
+    unavailable: dict[str, str] = {}
     for state in states:
-        job = slurm_admin.job_of(state.attempts.values())
-        if job is None:
+        found = schedulers.job_of(state.attempts.values())
+        queue = None if found is None else schedulers.queue_for(found[0])
+        if found is None or queue is None:
             out.append(None)
-        elif unavailable:
-            out.append(slurm_admin.JobStatus(job, asked=True, unavailable=unavailable))
+        elif found[0] in unavailable:
+            out.append(queue.unavailable_status(found[1], unavailable[found[0]]))
         else:
-            status = slurm_admin.job_status(job)
-            unavailable = status.unavailable
+            status = queue.job_status(found[1])
+            if status.unavailable:
+                unavailable[found[0]] = status.unavailable
             out.append(status)
     return out
 
@@ -238,14 +241,14 @@ def render_status(
     run: RunDir,
     state: RunState,
     now: float | None = None,
-    scheduler: slurm_admin.JobStatus | None = None,
+    scheduler: JobStatus | None = None,
     gone: dict[int, str] | None = None,
 ) -> str:
     """A readable summary of one run: attempts, checkpoints, signals, requeues, commands.
 
     ``gone`` (:func:`ckptdash.ops.liveness.gone_here`) shows those running attempts as lost.
 
-    ``scheduler`` (from :func:`job_statuses`) adds SLURM's view of the job under the header.
+    ``scheduler`` (from :func:`job_statuses`) adds the scheduler's view of the job under the header.
     Every line holds one line: a newline inside a recorded value is printed as an escape.
     """
     return "\n".join(
@@ -260,10 +263,9 @@ def render_status(
     )
 
 
-def _header_lines(
-    run: RunDir, state: RunState, scheduler: slurm_admin.JobStatus | None
-) -> list[str]:
-    """The run, its requeue setting and pin, SLURM's view, and what the next attempt resumes."""
+def _header_lines(run: RunDir, state: RunState, scheduler: JobStatus | None) -> list[str]:
+    """The run, its requeue setting and pin, the scheduler's view, and what the next attempt
+    resumes."""
     lines = [f"run {state.run_id}  {run.root}"]
     why = door.untrusted(run.root)
     if why:

@@ -40,7 +40,7 @@ from ckptdash.dash.views.events import EventsFeed
 from ckptdash.dash.views.goodput_bars import BadputView
 from ckptdash.dash.views.health import HealthBanner, RanksView
 from ckptdash.dash.views.metrics import MetricsPlot
-from ckptdash.dash.views.slurm import SchedulerPanel
+from ckptdash.dash.views.scheduler import SchedulerPanel
 from ckptdash.dash.views.text import esc
 from ckptdash.dash.views.timeline import Timeline
 from ckptdash.dash.views.widgets import html_pane, theme_toggle

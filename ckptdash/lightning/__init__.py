@@ -45,12 +45,12 @@ from ckptdash.lightning.loggers import TrainerLoggers, install_fit_hook
 from ckptdash.lightning.resume import hook_resume
 from ckptdash.lightning.signals import take_signals_over
 from ckptdash.rundir import RunDir
+from ckptdash.schedulers.base import Scheduler
 from ckptdash.train import submitit_job
 from ckptdash.train.async_save import AsyncSaver
 from ckptdash.train.config import TrainConfig
 from ckptdash.train.decision import Decision
 from ckptdash.train.forward import forward_to_children
-from ckptdash.train.scheduler import Scheduler
 from ckptdash.train.session import Session
 from ckptdash.train.ticker import Ticker
 

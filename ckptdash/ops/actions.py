@@ -7,14 +7,14 @@ action                     effect
 :func:`save_now`           a ``save_now`` command in the run's inbox (the job saves at a step)
 :func:`stop_after_save`    a ``stop_after_save`` command (the job saves, then ends unrequeued)
 :func:`set_requeue`        the ``requeue_suspended`` setting; then :func:`mirror_requeue` copies
-                           it onto the scheduler's job (SLURM's ``Requeue=0/1``)
+                           it onto the scheduler's job (``Requeue=0/1``, ``-r n/y``)
 :func:`pin`                the ``resume_pin`` setting (used once unless ``sticky``), and a crash
                            loop's requeue suspension lifted
 :func:`clear_pin`          no pin and no fresh-start request: back to the resume rule
 :func:`start_fresh`        the ``fresh_start`` request, and a crash loop's suspension lifted
 :func:`hold`,              a requeued job waiting in the scheduler's queue: held, released or
 :func:`release`,           cancelled, each only on a job ckptdash may act on (yours, started by
-:func:`cancel_pending`     this run: :func:`ckptdash.ops.slurm.verify_job`)
+:func:`cancel_pending`     this run: ``Queue.verify_job``)
 =========================  =====================================================================
 
 Invariant: a caller checks its *input* against what it shows (the CLI against the run's state,
@@ -28,7 +28,7 @@ so a pin from the browser after a crash loop left the job suspended. Two copies 
 drift; one cannot.
 
 Every scheduler call of the login-node side goes through the functions at the bottom of this
-module (the one place that names :mod:`ckptdash.ops.slurm` for an action).
+module (the one place that calls a scheduler's :class:`~ckptdash.schedulers.base.Queue` for an action).
 """
 
 from __future__ import annotations
@@ -38,13 +38,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
-from ckptdash import control
+from ckptdash import control, schedulers
 from ckptdash.control import PathArg
 from ckptdash.control.settings import CRASH_LOOP_AUTHOR
-from ckptdash.errors import ControlError
+from ckptdash.errors import ControlError, SchedulerError, SchedulerUnavailable
 from ckptdash.events import Command, Settings
-from ckptdash.ops import slurm
-from ckptdash.ops.slurm import JobView, Runner, SlurmError, SlurmUnavailable
+from ckptdash.schedulers.base import JobView, Queue, Runner
 
 __all__ = [
     "LIFTED",
@@ -152,58 +151,69 @@ def _strict_bool(value: object) -> bool:
     return value
 
 
-# --- the scheduler's side (SLURM from the login node) ----------------------------------------
+# --- the scheduler's side (any scheduler's queue, from the login node) ------------------------
 
 JobRoot = str | os.PathLike[str] | None
 """The run directory whose log named the job (it must have started it), or None for a job
 the user named (``--job``): then only "yours" is checked."""
 
 
-def job_for(attempts: Iterable[slurm.Attempt], given: str | None = None) -> str | None:
-    """The scheduler job to act on: ``given`` (the user named it; checked to look like one),
-    else the job of the newest attempt that recorded one; None when there is none."""
+def job_for(
+    attempts: Iterable[schedulers.Attempt],
+    given: str | None = None,
+    *,
+    runner: Runner | None = None,
+) -> tuple[Queue, str] | None:
+    """The scheduler's queue and the job to act on: ``given`` (the user named it; checked to
+    look like a job id of the scheduler the run recorded, else of the one whose commands are
+    here), else the job of the newest attempt that recorded one; None when there is none."""
+    found = schedulers.job_of(attempts)
     if given:
-        return slurm.check_job_id(given)
-    return slurm.job_of(attempts)
+        name = found[0] if found else schedulers.queue_here()
+        queue = schedulers.queue_for(name, runner)
+        if queue is None:
+            raise ControlError(f"{name}: no queue commands known for this scheduler")
+        return queue, queue.check_job_id(given)
+    if found is None:
+        return None
+    queue = schedulers.queue_for(found[0], runner)
+    return None if queue is None else (queue, found[1])
 
 
-def mirror_requeue(
-    job: str, *, allowed: bool, run_root: JobRoot, runner: Runner | None = None
-) -> str:
-    """Copy the run's new requeue setting onto its job (``Requeue=1/0``); one line saying what
-    happened.
+def mirror_requeue(queue: Queue, job: str, *, allowed: bool, run_root: JobRoot) -> str:
+    """Copy the run's new requeue setting onto its job's own switch (SLURM's ``Requeue=1/0``,
+    Grid Engine's ``-r y/n``); one line saying what happened.
 
     The job is verified first (``run_root=None``: the user named it, so only "yours" is
-    checked). Where SLURM cannot be asked the line says the flag is not set (the run's own
-    setting still holds for the job's signal handler); a refusal raises :class:`SlurmError`
-    saying that the run's setting changed and the job's flag did not.
+    checked). Where the scheduler cannot be asked the line says the switch is not set (the
+    run's own setting still holds for the job's signal handler); a refusal raises
+    :class:`SchedulerError` saying that the run's setting changed and the job's switch did not.
     """
-    flag = "1" if allowed else "0"
     try:
-        slurm.verify_job(job, run_root=run_root, runner=runner)
-    except SlurmUnavailable as exc:
-        return f"slurm job {job}: Requeue={flag} not set: {exc}"
-    except SlurmError as exc:  # nothing is sent to SLURM unverified
+        queue.verify_job(job, run_root=run_root)
+    except SchedulerUnavailable as exc:
+        return f"{queue.name} job {job}: {queue.switch(allowed)} not set: {exc}"
+    except SchedulerError as exc:  # nothing is sent to the scheduler unverified
         raise type(exc)(
-            f"{exc}; the run's setting is changed, the job's Requeue flag is not"
+            f"{exc}; the run's setting is changed, the job's {queue.switch_name} flag is not"
         ) from None
-    return slurm.mirror_requeue(job, allowed, runner=runner)
+    return queue.mirror_requeue(job, allowed)
 
 
-def hold(job: str, *, run_root: JobRoot, runner: Runner | None = None) -> JobView:
-    """Keep the verified, pending job from starting (``scontrol hold``); SLURM's view after."""
-    slurm.verify_job(job, run_root=run_root, runner=runner)
-    return slurm.hold(job, runner=runner)
+def hold(queue: Queue, job: str, *, run_root: JobRoot) -> JobView:
+    """Keep the verified, pending job from starting (``scontrol hold``, ``qhold``)."""
+    queue.verify_job(job, run_root=run_root)
+    return queue.hold(job)
 
 
-def release(job: str, *, run_root: JobRoot, runner: Runner | None = None) -> JobView:
-    """Let the verified, held job start again (``scontrol release``); SLURM's view after."""
-    slurm.verify_job(job, run_root=run_root, runner=runner)
-    return slurm.release(job, runner=runner)
+def release(queue: Queue, job: str, *, run_root: JobRoot) -> JobView:
+    """Let the verified, held job start again (``scontrol release``, ``qrls``)."""
+    queue.verify_job(job, run_root=run_root)
+    return queue.release(job)
 
 
-def cancel_pending(job: str, *, run_root: JobRoot, runner: Runner | None = None) -> JobView | None:
-    """Cancel the verified job only while it waits in the queue (``scancel --state=PENDING``);
-    SLURM's view after, or None once it forgot the job."""
-    slurm.verify_job(job, run_root=run_root, runner=runner)
-    return slurm.cancel_pending(job, runner=runner)
+def cancel_pending(queue: Queue, job: str, *, run_root: JobRoot) -> JobView | None:
+    """Cancel the verified job only while it waits in the queue (``scancel --state=PENDING``,
+    ``qdel`` of a pending job); the scheduler's view after, or None once it forgot the job."""
+    queue.verify_job(job, run_root=run_root)
+    return queue.cancel_pending(job)

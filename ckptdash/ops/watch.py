@@ -43,9 +43,10 @@ from ckptdash.analysis.health import Alert, Thresholds
 from ckptdash.errors import CkptDashError, RunDirError
 from ckptdash.events import ActionTaken, AlertCleared, AlertRaised
 from ckptdash.ops import liveness
-from ckptdash.ops import slurm as slurm_admin
 from ckptdash.rundir import RunDir
 from ckptdash.rundir.writer import EventWriter
+from ckptdash.schedulers import slurm_queue as slurm_admin
+from ckptdash.schedulers.base import Runner
 from ckptdash.state import RunState
 from ckptdash.state.runset import RunSet
 from ckptdash.terminal import one_line
@@ -210,7 +211,7 @@ def run_exec(cmd: str, payload: dict[str, Any]) -> tuple[int, str]:
 def act(
     action: str,
     job: str,
-    runner: slurm_admin.Runner | None = None,
+    runner: Runner | None = None,
     *,
     run_root: str | os.PathLike[str] | None = None,
 ) -> tuple[str, bool, str]:
@@ -294,7 +295,7 @@ class Watch:
         exec_cmd: str | None = None,
         webhook: Webhook | None = None,
         rules: dict[str, str] | None = None,
-        runner: slurm_admin.Runner | None = None,
+        runner: Runner | None = None,
         clock: Callable[[], float] = time.time,
         log: TextIO = sys.stdout,
     ) -> None:

@@ -27,6 +27,7 @@ from typing import Any
 from ckptdash.errors import CkptDashError, SaveError
 from ckptdash.events import CheckpointRemoved, CheckpointSaved, CheckpointStarted, Trigger
 from ckptdash.resume import ResumeChoice
+from ckptdash.schedulers.base import Scheduler
 from ckptdash.train import dist, publish, submitit_job
 from ckptdash.train.artifacts import artifact_of
 from ckptdash.train.async_save import AsyncSaver, SaveHandle
@@ -36,7 +37,6 @@ from ckptdash.train.excepthook import ExceptHook
 from ckptdash.train.logger_runs import LoggerRuns
 from ckptdash.train.misfit import MISFIT_ERRORS, misfit_message, older_resumable
 from ckptdash.train.saving import META_KEY, durable_existing, record_save, save_atomic
-from ckptdash.train.scheduler import Scheduler
 from ckptdash.train.session import SIGNAL_STOPS, Session
 
 

@@ -44,6 +44,8 @@ from ckptdash.events import (
 from ckptdash.resume import ResumeChoice
 from ckptdash.rundir import RunDir, door
 from ckptdash.rundir.writer import EventWriter
+from ckptdash.schedulers import detect
+from ckptdash.schedulers.base import Scheduler
 from ckptdash.train import anomaly, crash_loop, dist, requeue, resuming
 from ckptdash.train.announce import announce_stream, announcement
 from ckptdash.train.attempts import attempt_number
@@ -55,7 +57,6 @@ from ckptdash.train.fresh import consume_fresh_request, fresh_start
 from ckptdash.train.guard import Claimant, RunGuard, refuse_to_start
 from ckptdash.train.pulse import Pulser
 from ckptdash.train.recovery import recover
-from ckptdash.train.scheduler import Scheduler, detect
 from ckptdash.train.signals import SignalRecorder
 
 SIGNAL_STOPS: list[str] = []
@@ -96,11 +97,10 @@ class Session:
         self._writer: EventWriter | None = None
         if self.rank == 0:
             self._writer = EventWriter(self.run, attempt=self.attempt, rank=0, host=self.host)
-        self.signals = SignalRecorder(list(config.signals))
-        self._actions = {
-            n.upper() if n.upper().startswith("SIG") else "SIG" + n.upper(): a
-            for n, a in config.signals.items()
-        }
+        # The scheduler's meanings (Grid Engine's USR1) under the user's: never a default action.
+        wanted = {**self.scheduler.signals, **config.signals}.items()
+        self._actions = {"SIG" + n.upper().removeprefix("SIG"): a for n, a in wanted}
+        self.signals = SignalRecorder(list(self._actions))
         self.step = 0
         self.epoch: int | None = None
         # The one pending decision, read by Monitor and the Lightning callback alike.
@@ -321,6 +321,7 @@ class Session:
         if self._writer is not None:
             # Stays open: a user's trainer.save_checkpoint() after fit() is still recorded.
             self._writer.sync()
+            self.scheduler.settle_requeue()  # rank 0: Grid Engine's rerun needs its own kill
 
     def _requeue_if_asked_since_terminating(self) -> None:
         """A terminate signal followed by a requeue signal before the attempt ends is one
@@ -332,17 +333,17 @@ class Session:
             return
         if not requeue.late_requeue_signal(self._late_signal_code, LATE_REQUEUE_WINDOW_S):
             return
-        if self.rank == 0:
-            self._requeue()
-        self.stop_reason = "preempted"
+        cancelled = self.rank == 0 and self._requeue()
+        self.stop_reason = "terminated" if cancelled else "preempted"
 
     def _late_signal_code(self) -> int:
         self._take_signals()
         return self._pending.signal_code
 
-    def _requeue(self) -> None:
-        """Requeue the job unless the policy refuses; record which (rank 0)."""
-        requeue.requeue(
+    def _requeue(self) -> bool:
+        """Requeue the job unless the policy refuses; record which (rank 0). True: the
+        scheduler is cancelling the job instead (saved, not requeued)."""
+        return requeue.requeue(
             self.writer,
             self.config,
             self.run,
@@ -488,10 +489,9 @@ class Session:
         self.commands.answer_waiting(self.step, CommandApplied, detail=where)
         if decision is None:
             return
-        if decision.requeue and self.rank == 0:
-            self._requeue()
+        cancelled = decision.requeue and self.rank == 0 and self._requeue()
         if decision.stop:
-            self.stop_reason = decision.reason
+            self.stop_reason = "terminated" if cancelled else decision.reason
             if decision.trigger == "signal":
                 SIGNAL_STOPS.append(decision.reason)
 

@@ -23,9 +23,9 @@ from ckptdash.dash.app import Dashboard, DashOptions
 from ckptdash.dash.feed.hub import FollowerHub
 from ckptdash.dash.feed.snapshot import SnapshotBuilder
 from ckptdash.dash.model import DashModel
-from ckptdash.dash.views import slurm as scheduler
+from ckptdash.dash.views import scheduler
 from ckptdash.dash.views.controls import ControlActions, Controls
-from ckptdash.dash.views.slurm import UNAVAILABLE, SchedulerPanel
+from ckptdash.dash.views.scheduler import UNAVAILABLE, SchedulerPanel
 from ckptdash.rundir import RunDir
 from ckptdash.rundir.writer import EventWriter
 from ckptdash.state import RunState

@@ -217,7 +217,7 @@ def test_a_hard_link_to_the_owners_log_in_events_vouches_for_no_job(scene: Scene
     with a run_started naming the owner's job: the evidence every SLURM action of ``watch``
     and the dashboard needs refuses it (a file with two links is not the run's own)."""
     code = (
-        "import sys\nfrom ckptdash.ops import job_evidence\n"
+        "import sys\nfrom ckptdash.schedulers import evidence as job_evidence\n"
         "e = job_evidence.gather(sys.argv[1], sys.argv[2])\n"
         "print(e.refusal(sys.argv[2], int(sys.argv[3])))"
     )

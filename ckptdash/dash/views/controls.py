@@ -94,7 +94,7 @@ class ControlActions:
 
     ``author`` is asked at each action (a served page may know the logged-in
     user); ``nudge`` asks the follower to read the result back now; ``mirror_requeue``
-    copies a new requeue setting onto the scheduler (see :mod:`ckptdash.dash.views.slurm`)
+    copies a new requeue setting onto the scheduler (see :mod:`ckptdash.dash.views.scheduler`)
     and says what it did, or "" when there is no scheduler to tell.
 
     ``locked``: why this page may not act (see ``DashOptions.controls_off``); every
