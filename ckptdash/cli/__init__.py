@@ -30,7 +30,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from ckptdash import __version__, control, schedulers
+from ckptdash import __version__, control
 from ckptdash import humanize as fmt
 from ckptdash.cli import health as health_cli
 from ckptdash.cli import hints as cli_hints

@@ -28,7 +28,7 @@ so a pin from the browser after a crash loop left the job suspended. Two copies 
 drift; one cannot.
 
 Every scheduler call of the login-node side goes through the functions at the bottom of this
-module (the one place that calls a scheduler's :class:`~ckptdash.schedulers.base.Queue` for an action).
+module (the one place that calls a scheduler's ``Queue`` for an action).
 """
 
 from __future__ import annotations
