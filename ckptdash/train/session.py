@@ -12,9 +12,8 @@ check happens about every ``agree_interval_s`` — it:
    so every rank saves the same step even if only one rank got the signal;
 4. returns a :class:`Decision`: save with which trigger, then requeue or stop.
 
-The caller saves; :meth:`Session.after_save` answers the commands with the
-checkpoint path and runs the requeue policy (read fresh from the run
-directory's settings at that moment, so a click just before preemption counts).
+The caller saves; :meth:`Session.after_save` answers the commands with the checkpoint path and
+runs the requeue policy (read fresh from the settings then: a click just before preemption counts).
 """
 
 from __future__ import annotations

@@ -244,7 +244,6 @@ class SchedulerPanel(pn.viewable.Viewer):  # type: ignore[misc]
             raise ControlError("the selected run has no scheduler job; nothing to ask")
         return job, sched, root
 
-
     def _name(self) -> str:
         return self._sched.name if self._sched is not None else "scheduler"
 
