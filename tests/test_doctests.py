@@ -20,6 +20,7 @@ LIVE = {
     "ckptdash.train.async_save": "needs a Monitor saving in the background",
     "ckptdash.dash.app": "shows a widget in a running notebook",
     "ckptdash.dash.feed.follow": "follows a run while a job writes it",
+    "ckptdash.state.runset": "follows the runs of a folder while jobs write them",
     "ckptdash.dash.server": "serves the dashboard on a port",
     "ckptdash._dev.testing": "starts `ckptdash serve` and a browser page",
     "ckptdash.tail": "polls a log while a job appends to it",

@@ -44,7 +44,10 @@ ALLOWED: Final[dict[tuple[str, str, str], str]] = {
         f"{_NOT_A_RUN}: the server's token/password file (O_NOFOLLOW, mode checked)"
     ),
     ("dash/feed/mounts.py", "filesystem_type", "open"): f"{_NOT_A_RUN}: /proc/self/mountinfo",
-    ("dash/feed/resting.py", "fingerprint", "os.scandir"): "stat of names only, nothing opened",
+    ("state/runset.py", "fingerprint", "os.scandir"): "stat of names only, nothing opened",
+    ("lightning/links.py", "_make_last", "open"): (
+        "reads a checkpoint the session just saved and recorded, to copy it as last.ckpt"
+    ),
     ("hf.py", "_checkpoints_in", ".iterdir"): "HF's own output folder: names only",
     ("schedulers/evidence.py", "_listing", "os.scandir"): _LISTING,
     ("rundir/__init__.py", "RunDir._ensure_control", "os.open"): (

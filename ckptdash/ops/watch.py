@@ -1,8 +1,7 @@
 """``ckptdash watch``: raise each health alert once, tell someone, act, and record it all.
 
-A :class:`Watch` tails a run (or a folder of runs) like the dashboard does, runs the
-detectors of :mod:`ckptdash.analysis.health` every ``interval_s``, and for each alert that begins or
-ends:
+A :class:`Watch` tails a run (or a folder of runs) like the dashboard does, runs the health
+detectors every ``interval_s``, and for each alert that begins or ends:
 
 1. writes ``alert_raised`` / ``alert_cleared`` into the run (source ``watch``), durable, so
    the dashboard and the next person see it — and a restarted watch does not fire it again;
