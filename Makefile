@@ -13,7 +13,7 @@ STAMP := $(VENV)/.ckptdash-installed
 # The unit tests: every tier marker left out (pyproject.toml names them; tests/not_unit.txt
 # marks the unmarked tests that start a process or take seconds). CKPTDASH_UNIT_ONLY=1 fails
 # a selected test that starts a process anyway, naming the line to add.
-UNIT := not (integration or slurm or ui or notebook or process or slow)
+UNIT := not (integration or slurm or gridengine or ui or notebook or process or slow)
 
 $(STAMP): pyproject.toml constraints-dev.txt
 	test -x $(PY) || python3 -m venv $(VENV)
