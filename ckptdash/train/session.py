@@ -44,7 +44,7 @@ from ckptdash.events import (
 from ckptdash.resume import ResumeChoice
 from ckptdash.rundir import RunDir
 from ckptdash.rundir.writer import EventWriter
-from ckptdash.train import anomaly, crash_loop, dist, requeue, resuming
+from ckptdash.train import agent, anomaly, crash_loop, dist, requeue, resuming
 from ckptdash.train.announce import announce_stream, announcement
 from ckptdash.train.attempts import attempt_number
 from ckptdash.train.cadence import Cadence
@@ -96,6 +96,9 @@ class Session:
         if self.rank == 0:
             self._writer = EventWriter(self.run, attempt=self.attempt, rank=0, host=self.host)
         self.signals = SignalRecorder(list(config.signals))
+        launcher = agent.detect()
+        self._agent_watch = agent.AgentWatch(launcher) if launcher is not None else None
+        """Notices this rank's launcher agent (torchrun) exiting: see ckptdash.train.agent."""
         self._actions = {
             n.upper() if n.upper().startswith("SIG") else "SIG" + n.upper(): a
             for n, a in config.signals.items()
@@ -233,6 +236,8 @@ class Session:
         """Say on stderr (rank 0; stdout in a notebook), in one line, what each signal will do;
         returns the line."""
         line = announcement(self._actions, self.config, self.scheduler, self.signals)
+        if self._agent_watch is not None:
+            line += "; " + agent.plan(self._agent_watch.agent, self._actions)
         if self.rank == 0:
             print(line, file=announce_stream(), flush=True)
         return line
@@ -447,6 +452,12 @@ class Session:
             # the dashboard shows which ranks got the signal.
             self.writer.emit(
                 SignalReceived, t=received.t, step=self.step, signal=received.name, action=action
+            )
+        if self._agent_watch is not None and self._agent_watch.exited_now():
+            action = agent.action_on_exit(self._actions)
+            self._pending.signal_code = max(self._pending.signal_code, ACTION_CODE[action])
+            self.writer.emit(
+                SignalReceived, step=self.step, signal=agent.AGENT_EXITED, action=action
             )
 
     def _take_commands(self) -> None:
