@@ -90,9 +90,15 @@ def plan(agent: LauncherAgent, actions: Mapping[str, SignalAction]) -> str:
     else:
         names = [n for n in mine if signal_number(n) in caught]
         missed = [n for n in mine if signal_number(n) not in caught]
-        passes = (f"passes {'/'.join(names)} to the ranks; " if names else "") + (
-            f"{'/'.join(missed)} sent to it alone ends it; " if missed else ""
-        )
+        passes = f"passes {'/'.join(names)} to the ranks; " if names else ""
+        if missed and agent.name == "torchrun":
+            passes += (
+                f"{'/'.join(missed)} sent to it alone ends it (to have it passed on: export"
+                f" PET_SIGNALS_TO_HANDLE=SIGTERM,SIGINT,SIGHUP,SIGQUIT,{','.join(missed)}"
+                " before torchrun); "
+            )
+        elif missed:
+            passes += f"{'/'.join(missed)} sent to it alone ends it; "
     then = action_on_exit(actions)
     doing = {"requeue": "save, requeue, stop", "terminate": "save, stop", "ignore": "record it"}
     return (
