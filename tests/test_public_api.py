@@ -21,6 +21,7 @@ PUBLIC = {
     "ckptdash.control",
     "ckptdash.dash",
     "ckptdash.dcp",
+    "ckptdash.deepspeed",
     "ckptdash.events",
     "ckptdash.fabric",
     "ckptdash.hf",

@@ -1,0 +1,98 @@
+# ruff: noqa: E402  (the tier is skipped, or failed in CI, before deepspeed is imported)
+"""Plain DeepSpeed engines through ckptdash.deepspeed on 2 gloo ranks (CPU, ZeRO 1 and 2):
+a preempted job saves one tag, a killed save is skipped, the resume loads the rule's choice.
+
+Each torchrun launch costs ~15-45 s (DeepSpeed's import and engine set-up on 2 cores). The
+first DeepSpeed start on a machine compiles its shared-memory collective (~1.5 CPU-minutes),
+kept in ``~/.cache/torch_extensions`` (``TORCH_EXTENSIONS_DIR``) for every later test.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.frameworks.requires import require
+
+require("deepspeed")
+
+from ckptdash.rundir import manifest
+from ckptdash.state.reading import load_state
+from tests.frameworks.conftest import DEEPSPEED_COSTS
+from tests.frameworks.launch import torchrun2
+from tests.slurm.harness import read_events
+
+pytestmark = pytest.mark.integration
+
+WORKER = Path(__file__).with_name("deepspeed_worker.py")
+
+
+@pytest.fixture(autouse=True)
+def _cpu_accelerator(
+    monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> Iterator[None]:
+    """DeepSpeed on the CPU accelerator; the test's wall time kept for the summary line."""
+    monkeypatch.setenv("DS_ACCELERATOR", "cpu")
+    began = time.monotonic()
+    yield
+    DEEPSPEED_COSTS.append((request.node.name, time.monotonic() - began))
+
+
+def _reports(run: Path) -> list[dict[str, object]]:
+    return [json.loads(Path(f"{run}.rank{r}.json").read_text()) for r in (0, 1)]
+
+
+@pytest.mark.parametrize("stage", [1, 2])
+def test_a_preempted_deepspeed_job_saves_one_tag_and_resumes_from_it(
+    stage: int, tmp_path: Path
+) -> None:
+    """SIGUSR2 to rank 1 alone: both ranks save the same tag (a directory with a manifest,
+    the time from the call to durable), `latest` names it, one requeue; the next launch loads
+    it into the engine on both ranks, rotates beyond keep_last=2 (never the resumed tag) and
+    records each removal."""
+    run = tmp_path / "run"
+    torchrun2(tmp_path, "first", WORKER, str(run), str(stage), "12", "--signal-at", "4",
+              slurm_restart=0)  # fmt: skip
+    state = load_state(run)
+    (sig,) = [c for c in state.checkpoints.values() if c.trigger == "signal"]
+    assert (sig.status, sig.step, Path(sig.path).name) == ("saved", 4, "step4")
+    assert manifest.verify(sig.path, expected_digest=sig.checksum) is None
+    assert sig.duration_s > 0
+    ckpts = run / "checkpoints"
+    assert (ckpts / "latest").read_text() == "step4"
+    assert not [p for p in ckpts.iterdir() if p.name.startswith(".")]  # no temp left
+    assert "requeue" in (tmp_path / "scontrol.log").read_text()
+
+    torchrun2(tmp_path, "resume", WORKER, str(run), str(stage), "12", slurm_restart=1)
+    assert _reports(run) == [{"start": 5, "loaded": sig.path, "loaded_ok": True}] * 2
+    state = load_state(run)
+    assert state.attempts[1].resumed_from == sig.path
+    status = {Path(p).name: c.status for p, c in state.checkpoints.items()}
+    assert status == {
+        "step2": "removed", "step4": "saved", "step5": "removed", "step8": "saved",
+        "step11": "saved",
+    }  # fmt: skip
+    assert (ckpts / "latest").read_text() == "step11"
+
+
+def test_a_deepspeed_save_killed_midway_is_skipped_by_the_resume(tmp_path: Path) -> None:
+    """ZeRO 2: the whole job SIGKILLed after DeepSpeed wrote the step-5 tag but before it was
+    published: the next launch records the save as interrupted, removes the partial temp
+    directory and resumes from the step-2 save."""
+    run = tmp_path / "run"
+    torchrun2(tmp_path, "killed", WORKER, str(run), "2", "9", "--kill-in-save-at", "5",
+              killed=True)  # fmt: skip
+    torchrun2(tmp_path, "resume", WORKER, str(run), "2", "9")
+    state = load_state(run)
+    step2 = str(run / "checkpoints" / "step2")
+    assert _reports(run) == [{"start": 3, "loaded": step2, "loaded_ok": True}] * 2
+    step5 = str(run / "checkpoints" / "step5")
+    failed = [e for e in read_events(run) if e.KIND == "checkpoint_failed" and e.path == step5]
+    assert [e.step for e in failed] == [5]  # attempt 0's, found interrupted by attempt 1
+    assert state.attempts[1].resumed_from == step2
+    assert not [p for p in (run / "checkpoints").iterdir() if p.name.startswith(".")]
+    assert state.checkpoints[step5].attempt == 1  # saved again by the resumed attempt
