@@ -10,9 +10,11 @@ kept in ``~/.cache/torch_extensions`` (``TORCH_EXTENSIONS_DIR``) for every later
 from __future__ import annotations
 
 import json
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,15 +22,20 @@ from tests.frameworks.requires import require
 
 require("deepspeed")
 
+from ckptdash.resume import check_checkpoint
 from ckptdash.rundir import manifest
 from ckptdash.state.reading import load_state
 from tests.frameworks.conftest import DEEPSPEED_COSTS
 from tests.frameworks.launch import torchrun2
 from tests.slurm.harness import read_events
+from tests.train.test_distributed import job_env, launch
+
+__all__ = ["launch"]  # the fixture, used here
 
 pytestmark = pytest.mark.integration
 
 WORKER = Path(__file__).with_name("deepspeed_worker.py")
+LIGHTNING_LAUNCH_S = 300.0  # Lightning + DeepSpeed start-up on 2 busy cores: up to ~80 s
 
 
 @pytest.fixture(autouse=True)
@@ -96,3 +103,41 @@ def test_a_deepspeed_save_killed_midway_is_skipped_by_the_resume(tmp_path: Path)
     assert state.attempts[1].resumed_from == step2
     assert not [p for p in (run / "checkpoints").iterdir() if p.name.startswith(".")]
     assert state.checkpoints[step5].attempt == 1  # saved again by the resumed attempt
+
+
+def test_lightnings_deepspeed_strategy_on_cpu_saves_resumes_and_skips_a_killed_save(
+    tmp_path: Path, launch: Any
+) -> None:
+    """Lightning's DeepSpeedStrategy (a renamed test subclass lifting its CUDA-only check,
+    ZeRO-2, 2 gloo ranks): SIGUSR2 to rank 1 → one directory checkpoint at the same step on
+    both ranks, valid for resume; the requeued attempt resumes from it in place; that attempt's
+    signal save killed (whole job) after DeepSpeed wrote it → the third attempt skips the
+    partial directory and resumes from the first save again."""
+    run = tmp_path / "run"
+    r0, r1 = launch(
+        "ds-0", job_env(tmp_path, slurm_restart=0), "lightning", run,
+        "--steps=12", "--signal-at=4", "--deepspeed",
+    ).wait(LIGHTNING_LAUNCH_S)  # fmt: skip
+    assert r0["saves"] == r1["saves"] == [5]
+    (ckpt,) = load_state(run).checkpoints.values()
+    assert (ckpt.trigger, ckpt.step, ckpt.status) == ("signal", 5, "saved")
+    assert Path(ckpt.path).is_dir() and (Path(ckpt.path) / "checkpoint").is_dir()
+    assert check_checkpoint(ckpt) is None
+
+    killed = launch(
+        "ds-1", job_env(tmp_path, slurm_restart=1), "lightning", run,
+        "--steps=12", "--signal-at=7", "--deepspeed", "--kill-in-save",
+    )  # fmt: skip
+    assert killed.proc.wait(timeout=LIGHTNING_LAUNCH_S) == -signal.SIGKILL, killed.output()
+    state = load_state(run)
+    assert state.attempts[1].resumed_from == ckpt.path
+
+    r0, r1 = launch(
+        "ds-2", job_env(tmp_path, slurm_restart=2), "lightning", run, "--steps=12", "--deepspeed"
+    ).wait(LIGHTNING_LAUNCH_S)  # fmt: skip
+    assert r0["first"] == r1["first"] == 5 and r0["global_step"] == 12
+    state = load_state(run)
+    assert state.attempts[2].resumed_from == ckpt.path  # not the partial step-8 directory
+    partial = [c for c in state.checkpoints.values() if c.step == 8]
+    assert partial and all(c.status != "saved" for c in partial)
+    assert state.attempts[2].outcome == "finished"
