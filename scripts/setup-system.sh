@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Installs the Debian packages the SLURM, browser and TLS test tiers need, when run as root.
+# Installs the Debian packages the SLURM, browser, TLS and DeepSpeed test tiers need, when run
+# as root (g++: DeepSpeed compiles its CPU shared-memory collective at its first start).
 # Anyone else gets one line saying what to install; in CI (CI=true) that is an error,
 # because every tier must run there.
 set -euo pipefail
-packages=(slurmctld slurmd slurm-client munge chromium openssl)
+packages=(slurmctld slurmd slurm-client munge chromium openssl g++)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -54,55 +54,43 @@ def _reports(run: Path) -> list[dict[str, object]]:
 
 
 @pytest.mark.parametrize("stage", [1, 2])
-def test_a_preempted_deepspeed_job_saves_one_tag_and_resumes_from_it(
+def test_a_deepspeed_job_preempted_then_killed_saving_resumes_from_the_right_tag(
     stage: int, tmp_path: Path
 ) -> None:
     """SIGUSR2 to rank 1 alone: both ranks save the same tag (a directory with a manifest,
-    the time from the call to durable), `latest` names it, one requeue; the next launch loads
-    it into the engine on both ranks, rotates beyond keep_last=2 (never the resumed tag) and
-    records each removal."""
-    run = tmp_path / "run"
+    the time from the call to durable), `latest` names it, one requeue. The next launch loads
+    it into the engine on both ranks, rotates beyond keep_last=2 (never the resumed tag,
+    each removal recorded), and is SIGKILLed, whole job, after DeepSpeed wrote its step-8 tag
+    but before it was published: the third launch records that save as interrupted, removes
+    the partial temp directory and resumes from the step-5 tag."""
+    run, ckpts = tmp_path / "run", tmp_path / "run" / "checkpoints"
     torchrun2(tmp_path, "first", WORKER, str(run), str(stage), "12", "--signal-at", "4",
               slurm_restart=0)  # fmt: skip
-    state = load_state(run)
-    (sig,) = [c for c in state.checkpoints.values() if c.trigger == "signal"]
+    (sig,) = [c for c in load_state(run).checkpoints.values() if c.trigger == "signal"]
     assert (sig.status, sig.step, Path(sig.path).name) == ("saved", 4, "step4")
     assert manifest.verify(sig.path, expected_digest=sig.checksum) is None
     assert sig.duration_s > 0
-    ckpts = run / "checkpoints"
     assert (ckpts / "latest").read_text() == "step4"
-    assert not [p for p in ckpts.iterdir() if p.name.startswith(".")]  # no temp left
     assert "requeue" in (tmp_path / "scontrol.log").read_text()
 
-    torchrun2(tmp_path, "resume", WORKER, str(run), str(stage), "12", slurm_restart=1)
-    assert _reports(run) == [{"start": 5, "loaded": sig.path, "loaded_ok": True}] * 2
+    torchrun2(tmp_path, "killed", WORKER, str(run), str(stage), "12", "--kill-in-save-at", "8",
+              slurm_restart=1, killed=True)  # fmt: skip
+    assert load_state(run).attempts[1].resumed_from == sig.path
+
+    torchrun2(tmp_path, "resume", WORKER, str(run), str(stage), "12", slurm_restart=2)
+    step5 = str(ckpts / "step5")
+    assert _reports(run) == [{"start": 6, "loaded": step5, "loaded_ok": True}] * 2
     state = load_state(run)
-    assert state.attempts[1].resumed_from == sig.path
+    assert state.attempts[2].resumed_from == step5
+    failed = [e for e in read_events(run) if e.KIND == "checkpoint_failed"]
+    assert [(e.step, Path(e.path).name) for e in failed] == [(8, "step8")]  # interrupted
     status = {Path(p).name: c.status for p, c in state.checkpoints.items()}
     assert status == {
-        "step2": "removed", "step4": "saved", "step5": "removed", "step8": "saved",
+        "step2": "removed", "step4": "removed", "step5": "saved", "step8": "saved",
         "step11": "saved",
     }  # fmt: skip
     assert (ckpts / "latest").read_text() == "step11"
-
-
-def test_a_deepspeed_save_killed_midway_is_skipped_by_the_resume(tmp_path: Path) -> None:
-    """ZeRO 2: the whole job SIGKILLed after DeepSpeed wrote the step-5 tag but before it was
-    published: the next launch records the save as interrupted, removes the partial temp
-    directory and resumes from the step-2 save."""
-    run = tmp_path / "run"
-    torchrun2(tmp_path, "killed", WORKER, str(run), "2", "9", "--kill-in-save-at", "5",
-              killed=True)  # fmt: skip
-    torchrun2(tmp_path, "resume", WORKER, str(run), "2", "9")
-    state = load_state(run)
-    step2 = str(run / "checkpoints" / "step2")
-    assert _reports(run) == [{"start": 3, "loaded": step2, "loaded_ok": True}] * 2
-    step5 = str(run / "checkpoints" / "step5")
-    failed = [e for e in read_events(run) if e.KIND == "checkpoint_failed" and e.path == step5]
-    assert [e.step for e in failed] == [5]  # attempt 0's, found interrupted by attempt 1
-    assert state.attempts[1].resumed_from == step2
-    assert not [p for p in (run / "checkpoints").iterdir() if p.name.startswith(".")]
-    assert state.checkpoints[step5].attempt == 1  # saved again by the resumed attempt
+    assert not [p for p in ckpts.iterdir() if p.name.startswith(".")]  # no temp left
 
 
 def test_lightnings_deepspeed_strategy_on_cpu_saves_resumes_and_skips_a_killed_save(
