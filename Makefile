@@ -1,15 +1,23 @@
 # Two commands do all the set-up on a fresh machine:
 #   make demo   - create .venv, install ckptdash, run the demo
 #   make test   - create .venv, install ckptdash with test extras, run lint, types and every test tier
+# and one is the contributor's quick loop:
+#   make check  - lint, types and the unit tests only (no process, browser or scheduler): about
+#                 a minute on 2 cores; run `make test` before you push
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.ckptdash-installed
 
-.PHONY: setup system demo test lint types bench clean
+.PHONY: setup system demo test check lint types bench clean
+
+# The unit tests: every tier marker left out (pyproject.toml names them; tests/not_unit.txt
+# marks the unmarked tests that start a process or take seconds). CKPTDASH_UNIT_ONLY=1 fails
+# a selected test that starts a process anyway, naming the line to add.
+UNIT := not (integration or slurm or ui or notebook or process or slow)
 
 $(STAMP): pyproject.toml constraints-dev.txt
 	test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints-dev.txt -e '.[test,lightning]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints-dev.txt -e '.[train,test,lightning]'
 	touch $@
 
 setup: $(STAMP)
@@ -30,6 +38,9 @@ types: setup
 
 test: system lint types
 	$(VENV)/bin/pytest
+
+check: lint types
+	CKPTDASH_UNIT_ONLY=1 $(VENV)/bin/pytest -q -m "$(UNIT)" --durations=10
 
 bench: setup
 	$(PY) benchmarks/run.py $(ARGS)

@@ -15,6 +15,13 @@ move between releases):
 * ``ckptdash.dash`` — the dashboard (Panel), for notebooks and ``panel serve``.
 * ``ckptdash.events`` — for readers and writers of the run-directory format
   (docs/format.md): every record, and the lenient reader.
+* ``ckptdash.control`` — the control channel's files (commands and settings), for tools that
+  write them (docs/format.md).
+
+That list is :data:`PUBLIC_MODULES`, the one list: ``tests/test_public_api.py`` checks the
+notebooks and docs against it and docs/architecture.md names the same modules. What the read
+API returns is exported too (:class:`RunState` from :func:`load_state`, :class:`Alert` from
+:func:`alerts`, :class:`RunGoodput` from :func:`goodput`).
 
 :func:`dashboard` is imported on first use so that importing ckptdash never imports Panel.
 
@@ -31,6 +38,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from ckptdash.analysis.goodput import RunGoodput, goodput
+from ckptdash.analysis.health import Alert
 from ckptdash.errors import (
     CheckpointChoiceError,
     CkptDashError,
@@ -40,6 +48,7 @@ from ckptdash.errors import (
 )
 from ckptdash.read import alerts, checkpoints, load_state, status, write_sample_run
 from ckptdash.resume import ResumeChoice, choose_resume, resume_path
+from ckptdash.state import RunState
 from ckptdash.train.config import ConfigError, TrainConfig
 from ckptdash.train.monitor import Monitor
 
@@ -47,6 +56,7 @@ if TYPE_CHECKING:
     from ckptdash.dash.app import dashboard
 
 __all__ = [
+    "Alert",
     "CheckpointChoiceError",
     "CkptDashError",
     "ConfigError",
@@ -55,6 +65,7 @@ __all__ = [
     "ResumeChoice",
     "RunDirError",
     "RunGoodput",
+    "RunState",
     "SaveError",
     "TrainConfig",
     "alerts",
@@ -68,6 +79,21 @@ __all__ = [
     "write_sample_run",
 ]
 __version__ = "0.1.0"
+
+PUBLIC_MODULES = (
+    "ckptdash",
+    "ckptdash.accelerate",
+    "ckptdash.control",
+    "ckptdash.dash",
+    "ckptdash.dcp",
+    "ckptdash.deepspeed",
+    "ckptdash.events",
+    "ckptdash.fabric",
+    "ckptdash.hf",
+    "ckptdash.lightning",
+    "ckptdash.submitit",
+)
+"""The supported modules (above); everything else may move between releases."""
 
 
 # The framework modules import their framework; they load when first named

@@ -27,7 +27,7 @@ from typing import Any
 from ckptdash.events import CheckpointSaved, Trigger
 from ckptdash.train.monitor import Monitor
 
-__all__ = ["load_state", "save_state"]
+__all__ = ["load_state", "save_model", "save_state"]
 
 _AUTO_NAME = re.compile(r"^checkpoint_(\d+)$")
 
@@ -59,6 +59,21 @@ def save_state(
     for gone in sorted(set(before) - set(_numbered(folder))):
         monitor.record_removed(gone, reason=f"rotated by Accelerate (total_limit={limit})")
     return saved
+
+
+def save_model(
+    monitor: Monitor,
+    accelerator: Any,
+    model: Any,
+    save_directory: str | os.PathLike[str],
+    **options: Any,
+) -> CheckpointSaved | None:
+    """``accelerator.save_model(model, save_directory)`` on every rank, recorded as an
+    artifact (the model's weights alone: never resumed from; ``save_state`` is for that)."""
+    accelerator.save_model(model, os.fspath(save_directory), **options)
+    accelerator.wait_for_everyone()
+    why = "Accelerate save_model: the model's weights alone (save_state resumes training)"
+    return monitor.record(save_directory, trigger="api", resumable=why)
 
 
 def load_state(monitor: Monitor, accelerator: Any, **options: Any) -> Path | None:

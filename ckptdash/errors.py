@@ -15,9 +15,12 @@
     ├── ConfigError            a TrainConfig value is wrong
     ├── WrongFrameworkError    one framework's ckptdash piece given to another framework
     ├── ThresholdError         a health threshold is wrong
-    └── SlurmError             a SLURM command failed or was refused
-        ├── SlurmUnavailable   no SLURM commands on this machine
-        └── SlurmRefused       the job is not the acting user's, or not the run's own
+    └── SchedulerError         a scheduler's command failed or was refused (any scheduler)
+        ├── SchedulerUnavailable   its commands cannot be used from this machine
+        ├── SchedulerRefused       the job is not the acting user's, or not the run's own
+        └── SlurmError             the same, from SLURM (ckptdash.schedulers.slurm_queue)
+            ├── SlurmUnavailable   (also a SchedulerUnavailable)
+            └── SlurmRefused       (also a SchedulerRefused)
 
 The tree is the whole hierarchy, so ``except CkptDashError`` catches every deliberate error.
 
@@ -101,14 +104,29 @@ class ThresholdError(CkptDashError, ValueError):
     """A health threshold is wrong; the message names it and the values allowed."""
 
 
-class SlurmError(CkptDashError):
+class SchedulerError(CkptDashError):
+    """A scheduler's command about one job failed or does not apply; the message names the
+    scheduler, the job and what to do (callers that serve every scheduler catch this)."""
+
+
+class SchedulerUnavailable(SchedulerError):
+    """The scheduler's client commands cannot be used from this machine: callers treat it as
+    "no scheduler view", not as a broken job."""
+
+
+class SchedulerRefused(SchedulerError):
+    """ckptdash will not act on this job: the scheduler says another account owns it, or the
+    run's log names it without the run's own files vouching for it
+    (see :mod:`ckptdash.schedulers.evidence`)."""
+
+
+class SlurmError(SchedulerError):
     """A SLURM command about one job failed or does not apply; the message says what to do."""
 
 
-class SlurmUnavailable(SlurmError):
+class SlurmUnavailable(SlurmError, SchedulerUnavailable):
     """SLURM's client commands cannot be used from this machine."""
 
 
-class SlurmRefused(SlurmError):
-    """ckptdash will not act on this job: SLURM says another account owns it, or the run's
-    log names it without the run's own files vouching for it (see slurm_admin.verify_job)."""
+class SlurmRefused(SlurmError, SchedulerRefused):
+    """ckptdash will not act on this SLURM job (see :class:`SchedulerRefused`)."""

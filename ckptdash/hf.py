@@ -36,6 +36,7 @@ from ckptdash.train.monitor import Monitor
 __all__ = ["CkptDashCallback"]
 
 _PREFIX = "checkpoint-"
+SAVE_ONLY_MODEL = "save_only_model=True: no optimizer, scheduler or RNG state (HF cannot resume it)"
 
 
 class CkptDashCallback(TrainerCallback):
@@ -75,6 +76,15 @@ class CkptDashCallback(TrainerCallback):
                 "ckptdash: TrainingArguments(enable_jit_checkpoint=True) saves on SIGTERM without"
                 " calling the callbacks, so ckptdash cannot record that save; turn it off and"
                 " list SIGTERM in the ckptdash signals instead",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        if getattr(args, "save_only_model", False) and state.is_world_process_zero:
+            warnings.warn(
+                "ckptdash: TrainingArguments(save_only_model=True): HF cannot resume training"
+                " from these checkpoints, so ckptdash records them as artifacts and never"
+                " resumes from one (a preemption restarts from the newest full checkpoint, or"
+                " from scratch); turn it off for checkpoints that resume",
                 RuntimeWarning,
                 stacklevel=2,
             )
@@ -186,7 +196,11 @@ class CkptDashCallback(TrainerCallback):
         if monitor is None or out is None:
             return
         path = out / f"{_PREFIX}{state.global_step}"
-        monitor.record(path, trigger=self._trigger_for(monitor, state), step=state.global_step)
+        resumable: bool | str = True
+        if getattr(args, "save_only_model", False):  # HF: such a checkpoint cannot resume
+            resumable = SAVE_ONLY_MODEL
+        trigger = self._trigger_for(monitor, state)
+        monitor.record(path, trigger=trigger, step=state.global_step, resumable=resumable)
         if monitor.should_stop:
             control.should_training_stop = True
         if monitor.session.rank == 0:

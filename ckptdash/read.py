@@ -25,6 +25,7 @@ from typing import Any
 from ckptdash.analysis.health import Alert
 from ckptdash.rundir import RunDir
 from ckptdash.state.checkpoints import checkpoint_order
+from ckptdash.state.checkpoints import kind as checkpoint_kind
 from ckptdash.state.reading import load_state
 
 __all__ = ["alerts", "checkpoints", "load_state", "status", "write_sample_run"]
@@ -46,7 +47,10 @@ def checkpoints(run_dir: RunPath) -> list[dict[str, Any]]:
     Keys: ``step``, ``epoch``, ``trigger``, ``status`` (``saved`` is a resume candidate;
     ``invalid``/``failed``/``removed`` say why not in ``reason``), ``size_bytes``,
     ``duration_s``, ``blocking_s`` (how long training stalled), ``saved_at`` (Unix time),
-    ``attempt``, ``path`` (relative to the run directory where it lies inside it), ``reason``.
+    ``attempt``, ``path`` (relative to the run directory where it lies inside it), ``reason``,
+    ``resumes`` (True: it resumes training; False: an artifact, never a resume candidate),
+    ``artifact`` (why not, "" when it resumes), ``kind`` (``resumes``, ``artifact``, or
+    ``= NAME``: a link to or copy of the checkpoint ``NAME``, e.g. Lightning's ``last.ckpt``).
     """
     run = RunDir(run_dir)
     state = load_state(run)
@@ -65,6 +69,9 @@ def checkpoints(run_dir: RunPath) -> list[dict[str, Any]]:
                 "attempt": c.attempt,
                 "path": _relative(c.path, run.root),
                 "reason": c.reason or c.error,
+                "resumes": c.resumable,
+                "artifact": c.artifact,
+                "kind": checkpoint_kind(c, state.checkpoints),
             }
         )
     return rows

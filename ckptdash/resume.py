@@ -6,6 +6,13 @@
    trigger and attempt — a newer periodic save beats an older signal save.
 3. Else a fresh start.
 
+Only checkpoints that resume training (model, optimizer and loop state) are candidates or
+pins: an artifact (``checkpoint_saved`` with ``artifact``: weights only, an export, a model
+alone) is passed over, and the reason says so when a newer one was. A link or a copy of a
+recorded checkpoint (``same_as``: Lightning's ``last.ckpt``) stands for that checkpoint:
+its target is the candidate, and a link whose target leaves the run's checkpoint folders
+is refused.
+
 A fresh start asked for (``ckptdash resume RUN --fresh``, not yet taken by an attempt) wins
 over both. Once an attempt started fresh (``run_started`` with ``fresh``: the fresh-start
 boundary), checkpoints recorded by earlier attempts are history, never candidates again
@@ -26,6 +33,7 @@ from __future__ import annotations
 
 import os
 import zipfile
+from collections.abc import Collection
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
@@ -50,6 +58,9 @@ class ResumeChoice:
     reason: str
     step: int | None = None
     skipped: list[tuple[str, str]] = field(default_factory=list)
+    passed_over: list[tuple[str, str]] = field(default_factory=list)
+    """Newer artifacts (path, why it cannot resume training) the rule did not choose: valid
+    files, but not candidates (never recorded as ``checkpoint_invalid``)."""
 
 
 def check_checkpoint(info: CheckpointInfo, validate: ValidateMode = "checksum") -> str | None:
@@ -62,6 +73,9 @@ def check_checkpoint(info: CheckpointInfo, validate: ValidateMode = "checksum") 
     if info.unvalidated:
         return None
     path = Path(info.written_at or info.path)
+    linked = info.same_as is not None and os.path.islink(path)
+    if linked and os.path.realpath(path) != os.path.realpath(info.same_as or ""):
+        return f"the link now points at {os.path.realpath(path)}, not {info.same_as}"
     try:
         if path.is_dir():
             return _check_directory(path, info, validate) or _load_refusal(path, info, validate)
@@ -120,8 +134,12 @@ def choose_resume(
     *,
     validate: ValidateMode = "checksum",
     state: RunState | None = None,
+    exclude: Collection[str] = (),
 ) -> ResumeChoice:
-    """Apply the resume rule to a run directory. See the module docstring for the rule."""
+    """Apply the resume rule to a run directory. See the module docstring for the rule.
+
+    ``exclude``: recorded paths that are no candidates this time (ones this attempt already
+    failed to load into the model)."""
     run = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
     state = state if state is not None else load_state(run)
     skipped: list[tuple[str, str]] = []
@@ -136,10 +154,15 @@ def choose_resume(
         return ResumeChoice(
             None, f"fresh start requested{who} (ckptdash resume --fresh)", None, skipped
         )
+    passed: list[tuple[str, str]] = []
     if pin:
         recorded = find_recorded(state, pin)
+        if recorded is not None:
+            recorded = _target_of(state, recorded)
         if recorded is None:
             skipped.append((pin, "pinned path is not a checkpoint this run recorded; refused"))
+        elif recorded.artifact:
+            passed.append((recorded.path, f"pinned, refused: {recorded.artifact}"))
         elif why := _opened_outside(state, recorded):
             skipped.append((recorded.path, f"pinned checkpoint is invalid: {why}"))
         elif (problem := check_checkpoint(recorded, validate)) is not None:
@@ -151,8 +174,16 @@ def choose_resume(
     for info in reversed(state.valid_checkpoints()):
         if info.attempt is not None and info.attempt < since:
             continue  # from before the fresh start: history, not a candidate
+        if info.artifact:
+            passed.append((info.path, info.artifact))
+            continue
+        if info.path in exclude:
+            continue
+        if _target_recorded(state, info):
+            continue  # a link or copy: the checkpoint it stands for is the candidate
         info, copied = _in_this_copy(run, info, validate)
-        problem = _opened_outside(state, info) or check_checkpoint(info, validate)
+        problem = _opened_outside(state, info) or link_outside(state, info)
+        problem = problem or check_checkpoint(info, validate)
         if problem is None:
             reason = f"newest valid checkpoint (step {info.step}, trigger {info.trigger})"
             if info.unvalidated:
@@ -162,7 +193,8 @@ def choose_resume(
                 )
             if skipped:
                 reason += f"; skipped {len(skipped)} invalid candidate(s)"
-            return ResumeChoice(info.path, reason + copied, info.step, skipped)
+            reason += _passed_over_note(passed)
+            return ResumeChoice(info.path, reason + copied, info.step, skipped, passed)
         skipped.append((info.path, problem))
     reason = "no valid checkpoint recorded: fresh start"
     if boundary is not None:
@@ -170,7 +202,63 @@ def choose_resume(
             f"no valid checkpoint since the fresh start of attempt {boundary.attempt}"
             f" ({boundary.fresh}): fresh start"
         )
-    return ResumeChoice(None, reason, None, skipped)
+    if passed:
+        reason = reason.replace("no valid checkpoint", "no valid checkpoint that resumes training")
+    return ResumeChoice(None, reason + _passed_over_note(passed), None, skipped, passed)
+
+
+def artifact_problem(info: CheckpointInfo) -> str:
+    """Why ``info``, an artifact, is no checkpoint to resume from (one clause)."""
+    return (
+        f"it is an artifact ({info.artifact}), it cannot resume training (no optimizer or"
+        " loop state); load its weights yourself for a warm start"
+    )
+
+
+def artifact_refusal(info: CheckpointInfo) -> str:
+    """The refusal of a pin of ``info``, an artifact: the file, why, and what to pin."""
+    return (
+        f"{info.path}: {artifact_problem(info)}; pin a checkpoint that resumes training"
+        " (`ckptdash status` marks artifacts)"
+    )
+
+
+def _passed_over_note(passed: list[tuple[str, str]]) -> str:
+    if not passed:
+        return ""
+    path, why = passed[0]
+    more = f" and {len(passed) - 1} more" if len(passed) > 1 else ""
+    return f"; passed over {os.path.basename(path)} ({why}){more}: artifact, cannot resume training"
+
+
+def _target_recorded(state: RunState, info: CheckpointInfo) -> bool:
+    """Whether ``info`` links to or copies a checkpoint the run holds as saved."""
+    if info.same_as is None:
+        return False
+    target = state.checkpoints.get(info.same_as)
+    return target is not None and target.status == "saved"
+
+
+def _target_of(state: RunState, info: CheckpointInfo) -> CheckpointInfo:
+    """The checkpoint ``info`` stands for: itself, or the saved one it links to or copies."""
+    if info.same_as is not None and _target_recorded(state, info):
+        return state.checkpoints[info.same_as]
+    return info
+
+
+def link_outside(state: RunState, info: CheckpointInfo) -> str:
+    """Why following ``info``'s path, a symbolic link, leaves the run's checkpoint folders
+    ("" when it is no link, or stays inside): such a link is refused (docs/security.md)."""
+    path = info.written_at or info.path
+    if not os.path.islink(path):
+        return ""
+    real = os.path.realpath(path)
+    if state.outside(real):
+        return (
+            f"a symbolic link to {real}, outside the run directory and every checkpoint folder"
+            " this run declared; refused"
+        )
+    return ""
 
 
 def _opened_outside(state: RunState, info: CheckpointInfo) -> str:
@@ -182,7 +270,8 @@ def _opened_outside(state: RunState, info: CheckpointInfo) -> str:
 def resume_path(run_dir: str | os.PathLike[str]) -> str | None:
     """The checkpoint the next attempt should load, or ``None`` for a fresh start.
 
-    >>> trainer.fit(model, ckpt_path=ckptdash.resume_path("runs/exp1"))  # doctest: +SKIP
+    >>> ckptdash.resume_path("runs/exp1")   # trainer.fit(model, ckpt_path=...) takes it
+    'runs/exp1/checkpoints/epoch=3-step=12448.ckpt'
     """
     run = RunDir(run_dir)
     if not run.is_run():
@@ -239,13 +328,18 @@ class GivenVerdict:
     """A checkpoint the user chose (``fit(ckpt_path=...)``) judged against the run's record.
 
     ``error`` is set when it must not be loaded (the message for the user, naming the file,
-    why, and the newest valid alternative); else ``reason`` is for ``run_resumed``.
+    why, and the newest valid alternative); else ``reason`` is for ``run_resumed`` and
+    ``load`` is the file to load: ``path`` itself, or the checkpoint a link (``last.ckpt``)
+    points at.
     """
 
     path: str
     error: str | None
     reason: str
     problem: str | None = None
+    load: str | None = None
+    artifact: bool = False
+    """The refusal is of an artifact: a good file, only not one to resume from."""
 
 
 def judge_given(
@@ -264,15 +358,24 @@ def judge_given(
     state = load_state(run)
     newest = choose_resume(run, validate=validate, state=state)
     info = state.checkpoints.get(target) or find_recorded(state, target)
-    if info is None:
-        problem = _incomplete_file(Path(target))
-    elif info.status != "saved":
-        problem = f"the run's log says it is {info.status}" + (
-            f" ({info.reason})" if info.reason else ""
-        )
-    else:
-        problem = check_checkpoint(info, validate)
-    better = newest.path if newest.path and os.path.abspath(newest.path) != target else None
+    load, through, problem = target, "", None
+    if os.path.islink(target):
+        # Lightning's last.ckpt under save_last="link": the checkpoint it points at is what
+        # loads, so that is what is judged (its own record, when the link's is stale).
+        load = os.path.realpath(target)
+        through = f" (through the link {os.path.basename(target)})"
+        info = state.checkpoints.get(load) or find_recorded(state, load)
+        if state.outside(load):
+            problem = (
+                f"a symbolic link to {load}, outside the run directory and every checkpoint"
+                " folder this run declared; refused"
+            )
+    elif info is not None and _target_recorded(state, info):
+        info = _target_of(state, info)
+        load, through = info.path, f" (the copy {os.path.basename(target)} stands for it)"
+    if problem is None:
+        problem = _given_problem(info, load, validate)
+    better = newest.path if newest.path and os.path.abspath(newest.path) != load else None
     if problem is not None:
         instead = (
             f" The newest valid checkpoint is {better} (step {newest.step}): pass it as"
@@ -281,14 +384,29 @@ def judge_given(
             else " No valid checkpoint is recorded: pass ckpt_path=None to start fresh."
         )
         error = f"{target}: cannot resume from it: {problem}.{instead}"
-        return GivenVerdict(target, error, "", problem)
-    reason = "given to fit(ckpt_path=...)"
+        artifact = info is not None and bool(info.artifact)
+        return GivenVerdict(target, error, "", problem, artifact=artifact)
+    reason = "given to fit(ckpt_path=...)" + through
     if info is None:
         reason += " (not recorded by this run: checked only that the file is complete)"
     given_step = info.step if info is not None else None
     if better and (given_step is None or (newest.step or 0) > given_step):
         reason += f"; a newer valid checkpoint exists: {better} (step {newest.step})"
-    return GivenVerdict(target, None, reason)
+    return GivenVerdict(target, None, reason, load=load)
+
+
+def _given_problem(info: CheckpointInfo | None, load: str, validate: ValidateMode) -> str | None:
+    """Why the given checkpoint (its record ``info``, if any; the file ``load``) cannot be
+    resumed from, or None."""
+    if info is None:
+        return _incomplete_file(Path(load))
+    if info.artifact:
+        return artifact_problem(info)
+    if info.status != "saved":
+        return f"the run's log says it is {info.status}" + (
+            f" ({info.reason})" if info.reason else ""
+        )
+    return check_checkpoint(info, validate)
 
 
 def _incomplete_file(path: Path) -> str | None:

@@ -1,7 +1,11 @@
-"""Fixtures shared by the unit tests: a run directory and a wait-until helper."""
+"""Fixtures shared by the tests: a run directory, a wait-until helper, and the selection of
+`make check` (the unit tests alone)."""
 
 from __future__ import annotations
 
+import multiprocessing.process
+import os
+import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -36,3 +40,73 @@ def _wait_until(condition: Callable[[], object], timeout: float = 10.0, what: st
 def wait_until() -> WaitUntil:
     """``wait_until(condition, timeout=10.0, what="")``: poll a condition instead of sleeping."""
     return _wait_until
+
+
+# --- `make check`: the unit tests alone ------------------------------------------------------
+#
+# `make check` runs the tests that start no process, drive no browser and need no scheduler
+# (the quick loop: ruff, mypy and these in about a minute); `make test` runs everything. A test
+# is a unit test unless a marker says otherwise; the folders below are whole tiers of real
+# training, so their tests are marked here. With CKPTDASH_UNIT_ONLY=1 (set by `make check`) a
+# unit test that starts a process anyway fails, naming the marker to add: the selection cannot
+# drift from what it claims.
+
+UNIT_ONLY = os.environ.get("CKPTDASH_UNIT_ONLY") == "1"
+NOT_UNIT = ("integration", "slurm", "ui", "notebook", "process", "slow")
+"""The markers `make check` leaves out (pyproject.toml's [tool.pytest.ini_options] says what
+each means)."""
+_TIER_FOLDERS = {"train": "integration", "frameworks": "integration"}
+"""Folders of tests/ whose every test is one tier (real CPU training)."""
+
+
+_NOT_UNIT_LIST = Path(__file__).with_name("not_unit.txt")
+"""Unmarked tests that are not unit tests: ``MARKER FILE`` or ``MARKER FILE::TEST`` a line."""
+
+
+def _not_unit() -> dict[str, str]:
+    """Test (or module) -> the marker not_unit.txt gives it."""
+    lines = (line.split() for line in _NOT_UNIT_LIST.read_text().splitlines())
+    return {where: marker for marker, where in (w for w in lines if w and w[0][0] != "#")}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    listed = _not_unit()
+    for item in items:
+        try:
+            rel = Path(item.path).relative_to(here.parent)
+        except ValueError:
+            continue
+        folder = rel.parts[1] if len(rel.parts) > 2 else ""
+        if folder in _TIER_FOLDERS:
+            item.add_marker(_TIER_FOLDERS[folder])
+        name = getattr(item, "originalname", None) or item.name
+        marker = listed.get(f"{rel}::{name}") or listed.get(str(rel))
+        if marker:
+            item.add_marker(marker)
+
+
+@pytest.fixture(autouse=True)
+def _unit_tests_start_no_process(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under `make check`: a test that starts a process fails, saying which marker to add."""
+    if not UNIT_ONLY or any(request.node.get_closest_marker(m) for m in NOT_UNIT):
+        return
+    node = request.node
+    why = (
+        f"{node.nodeid} starts a process, and `make check` runs unit tests only: add the line"
+        f" {node.path.relative_to(Path(__file__).parent.parent)}::{node.originalname} to"
+        f" {_NOT_UNIT_LIST.name} (or mark it @pytest.mark.process); `make test` runs it"
+    )
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            # A background worker (the dashboard's scheduler thread asking scontrol) sees what
+            # it sees on a machine without the program; the test itself stays a unit test.
+            raise FileNotFoundError(why)
+        pytest.fail(why, pytrace=False)
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", refuse)
+    monkeypatch.setattr(multiprocessing.process.BaseProcess, "start", refuse)
+    monkeypatch.setattr(os, "fork", refuse)

@@ -599,6 +599,40 @@ def test_update_settings_refuses_a_time_the_reader_would_reject(run: RunDir, now
     assert read_settings(run) == before
 
 
+def test_settings_without_group_steering_stay_readable_by_the_previous_release(
+    run: RunDir,
+) -> None:
+    """The previous release's reader forbids unknown fields: a run that never opted in to group
+    steering writes a settings file that reader accepts; one that opted in names the field (and
+    reads back here)."""
+    import msgspec
+
+    previous = msgspec.defstruct(
+        "PreviousSettings",
+        [
+            (f, t, msgspec.field(default=d))
+            for f, t, d in [
+                ("v", int, 1),
+                ("requeue_suspended", bool, False),
+                ("resume_pin", "str | None", None),
+                ("resume_pin_sticky", bool, False),
+                ("fresh_start", bool, False),
+                ("health", dict[str, float], {}),
+                ("updated_at", float, 0.0),
+                ("updated_by", str, ""),
+            ]
+        ],
+        kw_only=True,
+        forbid_unknown_fields=True,
+    )
+    update_settings(run, requeue_suspended=True, resume_pin="checkpoints/a.ckpt")
+    old = msgspec.json.decode(run.settings.read_bytes(), type=previous, strict=True)
+    assert (old.requeue_suspended, old.resume_pin) == (True, "checkpoints/a.ckpt")
+    update_settings(run, group_steering=True)
+    assert read_settings(run).group_steering
+    assert json.loads(run.settings.read_bytes())["group_steering"] is True
+
+
 def test_update_settings_needs_an_existing_run(tmp_path: Path) -> None:
     """Settings are not written into a folder that is not a run."""
     with pytest.raises(RunDirError):

@@ -20,7 +20,7 @@ from ckptdash.state.reading import load_state
 ENV = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
 
 
-README = Path(__file__).parents[1] / "README.md"
+SAMPLE = Path(__file__).parents[1] / "docs" / "demo.md"  # the README links its sample output
 
 
 def _demo(
@@ -46,8 +46,8 @@ def _shape(line: str) -> str:
 
 
 def _readme_block(marker: str, skip: int = 0) -> list[str]:
-    """The lines of the README's code block number ``skip`` (from 0) after ``marker``."""
-    text = README.read_text()
+    """The lines of the sample page's code block number ``skip`` (from 0) after ``marker``."""
+    text = SAMPLE.read_text()
     blocks = re.findall(r"```[a-z]*\n(.*?)```", text[text.index(marker) :], flags=re.S)
     return str(blocks[skip]).splitlines()
 
@@ -58,7 +58,7 @@ def test_demo_shows_preemption_signal_save_requeue_kill_and_resume(tmp_path: Pat
     signal, is requeued; attempt 1 resumes from that checkpoint and is killed without warning;
     attempt 2 resumes from the newest valid checkpoint and finishes at exactly the requested
     step. --exit-when-done ends it with the training. What it and `ckptdash status` print
-    is what the README's sample output shows."""
+    is what the sample output of docs/demo.md (linked from the README) shows."""
     run = tmp_path / "runs" / "demo"
     proc = _demo(
         "--run-dir",
@@ -102,7 +102,7 @@ def test_demo_shows_preemption_signal_save_requeue_kill_and_resume(tmp_path: Pat
     assert state.checkpoints[last.resumed_from].step >= signal_ckpt.step
     assert (last.outcome, last.step) == ("finished", 150)
 
-    # The README's sample output is what the demo and `ckptdash status` print (numbers,
+    # The sample output (docs/demo.md) is what the demo and `ckptdash status` print (numbers,
     # ids and table rows aside): its own lines, and the status lines that name no checkpoint.
     printed = {_shape(line) for line in out.replace("\r", "\n").splitlines()}
     said = [s for s in _readme_block("`make demo` prints") if s.startswith("ckptdash demo")]

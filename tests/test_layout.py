@@ -117,3 +117,15 @@ def test_the_training_side_and_the_dashboard_never_import_each_other() -> None:
             assert not {d for d in deps if d.startswith("ckptdash.train")}, name
         if name.startswith("ckptdash.train"):
             assert not {d for d in deps if d.startswith("ckptdash.dash")}, name
+
+
+def test_the_login_node_side_never_imports_the_training_side() -> None:
+    """``cli/`` and ``ops/`` act on a run from a login node (commands, settings, the scheduler)
+    and never import ``train/``: what both sides need (e.g. the crash loop's author of a
+    requeue suspension) lives below them, and an action does the same thing from the CLI, the
+    dashboard and the notebook (``ops/actions.py``)."""
+    modules = _modules()
+    for name, path in modules.items():
+        if name.startswith(("ckptdash.cli", "ckptdash.ops")):
+            deps = _imports(path, modules)
+            assert not {d for d in deps if d.startswith("ckptdash.train")}, name

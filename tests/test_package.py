@@ -46,6 +46,7 @@ def test_public_surface_is_pinned() -> None:
     import ckptdash
 
     assert ckptdash.__all__ == [
+        "Alert",
         "CheckpointChoiceError",
         "CkptDashError",
         "ConfigError",
@@ -54,6 +55,7 @@ def test_public_surface_is_pinned() -> None:
         "ResumeChoice",
         "RunDirError",
         "RunGoodput",
+        "RunState",
         "SaveError",
         "TrainConfig",
         "alerts",

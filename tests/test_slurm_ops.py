@@ -18,8 +18,8 @@ import pytest
 
 from ckptdash import control, events
 from ckptdash.cli import main
-from ckptdash.ops import slurm as slurm_admin
 from ckptdash.rundir.writer import EventWriter
+from ckptdash.schedulers import slurm_queue as slurm_admin
 from ckptdash.state.records import AttemptInfo
 
 REAL_LINE = (

@@ -351,25 +351,35 @@ HOSTILE = {
         lambda d: [r.update(offset=r["size"] + 100) for r in d["files"].values()]
     ),
     "a count that is not a number": _body_state(
-        lambda d: d["state"].update(event_counts=["D", "heartbeat", "many"])
+        lambda d: d["state"].update(event_counts={"heartbeat": "many"})
     ),
     "a stream slot of the wrong type": _body_state(
-        lambda d: d["state"]["_attempts"][2].__setitem__(4, ["L", "x"])
+        lambda d: d["state"]["attempts"]["0"][1]["0"].__setitem__(3, "x")
+    ),
+    "a stream with a slot too many": _body_state(
+        lambda d: d["state"]["attempts"]["0"][1]["0"].append(0)
+    ),
+    "a body of the old tagged format": _body_state(
+        lambda d: d.update(state={"_attempts": ["D"], "events_total": 0})
+    ),
+    "a body of another schema": _body_state(lambda d: d["state"].update(schema=1)),
+    "an attempt holding another's record": _body_state(
+        lambda d: d["state"]["attempts"]["0"][0].update(attempt=5)
     ),
     "a file name with a slash": _body_state(
         lambda d: d["files"].update({"../x": next(iter(d["files"].values()))})
     ),
-    "an unknown class": _body_state(lambda d: d["state"].update(_attempts=["O", "os.system"])),
+    "an unknown event kind": _body_state(
+        lambda d: d["state"].update(best_hb=[[True, 1.0, 0, 0], {"kind": "os.system"}])
+    ),
     "a missing attribute": _body_state(lambda d: d["state"].pop("events_total")),
     "a wrong type": _body_state(lambda d: d["state"].update(events_total="many")),
     "deep nesting": lambda head, body: _rehash(
         head,
-        body.replace(
-            b'"_bad_heap":["L"]', b'"_bad_heap":' + b'["L",' * 200_000 + b"0" + b"]" * 200_000
-        ),
+        body.replace(b'"bad_heap":[]', b'"bad_heap":' + b"[" * 200_000 + b"0" + b"]" * 200_000),
     ),
     "a huge list": lambda head, body: _rehash(
-        head, body.replace(b'"_bad_heap":["L"]', b'"_bad_heap":["L"' + b',["T"]' * 20_000 + b"]")
+        head, body.replace(b'"bad_heap":[]', b'"bad_heap":[' + b"[]," * 20_000 + b"[]]")
     ),
 }
 
@@ -471,14 +481,14 @@ def test_watch_and_the_dashboard_follower_open_from_the_snapshot(
     before = path.stat().st_mtime_ns
     watch = Watch(run.root, clock=lambda: T0 + 300)
     watch.poll()
+    (opened,) = watch._set.open.values()
     watch.close()
-    (opened,) = watch._runs.values()
     assert opened.covered > 0 and path.stat().st_mtime_ns != before
     assert opened.state.to_dict() == replay(run).to_dict()
     _append(run, 3)
     follower = RunFollower(run.root, mode="poll")
     follower._discover()
-    (followed,) = follower._runs.values()
+    (followed,) = follower._runs.open.values()
     assert 0 < followed.covered < sum(f.stat().st_size for f in run.events.iterdir())
     follower._poll()
     assert followed.state.to_dict() == replay(run).to_dict()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import shutil
 import threading
 from collections.abc import Callable
 from multiprocessing.context import ForkContext, SpawnContext
@@ -19,7 +18,6 @@ from ckptdash.events import BadLine, Event, Heartbeat, SaveNow, encode, encode_c
 from ckptdash.rundir import TEMP_PREFIX, RunDir
 from ckptdash.rundir.writer import EventWriter
 from ckptdash.tail import CommandFile, RunTailer, TailBatch
-from ckptdash.tail.folder import FolderTailer
 
 T0 = 1_764_430_000.0
 
@@ -460,34 +458,6 @@ def test_fifo_in_the_inbox_does_not_hang(run_dir: RunDir) -> None:
     os.mkfifo(run_dir.inbox / "pipe.json")
     (seen,) = RunTailer(run_dir).poll().commands
     assert seen.command is None and "not a regular file" in (seen.error or "")
-
-
-# --- a folder of runs --------------------------------------------------------------------------
-
-
-def test_folder_tailer_follows_every_run_below_a_folder(tmp_path: Path) -> None:
-    """A parent of two runs gives a batch per run; a third run joins; an emptied folder is fine."""
-    a, b = RunDir(tmp_path / "a"), RunDir(tmp_path / "b")
-    with EventWriter(a, attempt=0) as wa, EventWriter(b, attempt=0) as wb:
-        ea, eb = heartbeat(wa, 1), heartbeat(wb, 2)
-    folder = FolderTailer(tmp_path)
-    got = folder.poll()
-    assert list(got) == [a.root, b.root]
-    assert got[a.root].events == [ea] and got[b.root].events == [eb]
-    with EventWriter(tmp_path / "c", attempt=0) as wc:
-        ec = heartbeat(wc, 3)
-    got = folder.poll()
-    assert got[tmp_path / "c"].events == [ec] and not got[a.root] and not got[b.root]
-    for run in ("a", "b", "c"):
-        shutil.rmtree(tmp_path / run)
-    assert not any(folder.poll().values())
-
-
-def test_folder_tailer_on_a_single_run(run_dir: RunDir) -> None:
-    """Given a run directory itself, the folder tailer follows just that run."""
-    with EventWriter(run_dir, attempt=0) as w:
-        e = heartbeat(w, 0)
-    assert FolderTailer(run_dir.root).poll() == {run_dir.root: TailBatch(events=[e])}
 
 
 def test_batch_len_and_truth(run_dir: RunDir) -> None:

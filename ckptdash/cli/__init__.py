@@ -38,12 +38,12 @@ from ckptdash.cli import serve as cli_serve
 from ckptdash.cli import wait as cli_wait
 from ckptdash.cli.status import goodput_command, render_status, run_word, status_command
 from ckptdash.errors import CkptDashError
-from ckptdash.ops import slurm as slurm_admin
-from ckptdash.resume import choose_resume, find_recorded
+from ckptdash.ops import actions
+from ckptdash.resume import artifact_refusal, choose_resume, find_recorded
 from ckptdash.rundir import RunDir, find_runs
+from ckptdash.schedulers.base import Queue
 from ckptdash.state.reading import load_state
 from ckptdash.terminal import one_line, printable_output
-from ckptdash.train import crash_loop
 
 __all__ = ["main", "render_status"]  # render_status: `ckptdash status RUN` in a notebook
 
@@ -247,7 +247,8 @@ def _issue(args: argparse.Namespace) -> int:
         )
     if args.wait and not (args.timeout > 0):
         raise CkptDashError(f"--timeout {args.timeout}: must be a positive number of seconds")
-    cmd = control.issue(run, args.command, ttl_s=args.ttl)
+    send = actions.stop_after_save if args.command == "stop_after_save" else actions.save_now
+    cmd = send(run, ttl_s=args.ttl)
     short = fmt.short_id(cmd.id)
     then = (
         "waiting for the job's answer"
@@ -283,7 +284,7 @@ def _requeue(args: argparse.Namespace) -> int:
     if args.yes:
         raise CkptDashError("--yes only confirms --cancel-pending; leave it out here")
     if args.suspend or args.resume:
-        control.update_settings(run, requeue_suspended=bool(args.suspend))
+        actions.set_requeue(run, suspended=bool(args.suspend))
     settings = control.read_settings(run)
     print(f"auto-requeue: {'suspended' if settings.requeue_suspended else 'on'} ({run.settings})")
     if args.suspend or args.resume:
@@ -297,59 +298,51 @@ def _requeue(args: argparse.Namespace) -> int:
     return 0
 
 
-def _job_for(run: RunDir, given: str | None) -> str | None:
-    if given:
-        return slurm_admin.check_job_id(given)
-    return slurm_admin.job_of(load_state(run).attempts.values())
-
-
-def _verify(run: RunDir, given: str | None, job: str) -> None:
-    """Refuse (SlurmRefused, exit 2) a job that is not the user's, or, read from the log, not
-    the run's own; see slurm_admin.verify_job. A job named with --job is the user's choice."""
-    slurm_admin.verify_job(job, run_root=None if given else run.root)
+def _job_for(run: RunDir, given: str | None) -> tuple[Queue, str] | None:
+    return actions.job_for(load_state(run).attempts.values(), given)
 
 
 def _mirror_requeue(run: RunDir, given: str | None, *, allowed: bool) -> None:
-    """Copy the suspend setting onto the SLURM job (Requeue=0/1) when SLURM can be asked."""
-    job = _job_for(run, given)
-    if job is None:
-        return
-    try:
-        _verify(run, given, job)
-    except slurm_admin.SlurmUnavailable as exc:  # the run's own setting still holds
-        print(f"slurm job {job}: Requeue={'1' if allowed else '0'} not set: {exc}")
-        return
-    except slurm_admin.SlurmError as exc:  # nothing is sent to SLURM unverified
-        raise type(exc)(
-            f"{exc}; the run's setting is changed, the job's Requeue flag is not"
-        ) from None
-    print(slurm_admin.mirror_requeue(job, allowed))
+    """Copy the suspend setting onto the job's own requeue switch (SLURM's Requeue=0/1, Grid
+    Engine's -r n/y) when the scheduler can be asked."""
+    found = _job_for(run, given)
+    if found is not None:
+        queue, job = found
+        # A job named with --job is the user's choice; one read from the log must be the run's.
+        root = None if given else run.root
+        print(actions.mirror_requeue(queue, job, allowed=allowed, run_root=root))
 
 
 def _scheduler_control(run: RunDir, args: argparse.Namespace) -> int:
-    """--hold / --release / --cancel-pending: act on the job in SLURM's queue."""
-    job = _job_for(run, args.job)
-    if job is None:
+    """--hold / --release / --cancel-pending: act on the job in the scheduler's queue."""
+    found = _job_for(run, args.job)
+    if found is None:
         raise CkptDashError(
-            f"{run.root}: no attempt of this run recorded a SLURM job id; name the job with"
-            " --job JOBID"
+            f"{run.root}: no attempt of this run recorded a scheduler's job id (SLURM, Grid"
+            " Engine); name the job with --job JOBID"
         )
+    queue, job = found
     if args.cancel_pending and not args.yes:
         raise CkptDashError(
-            f"slurm job {job}: --cancel-pending cancels the requeued job (the run keeps its"
-            " checkpoints); add --yes to confirm"
+            f"{queue.name} job {job}: --cancel-pending cancels the requeued job (the run keeps"
+            " its checkpoints); add --yes to confirm"
         )
-    _verify(run, args.job, job)
+    # Refused (SchedulerRefused, exit 2): a job that is not the user's, or, read from the log,
+    # not the run's own (Queue.verify_job). A job named with --job is the user's choice.
+    root = None if args.job else run.root
     if args.hold:
-        view = slurm_admin.hold(job)
-        print(f"slurm job {job}: held ({view.describe()}); `ckptdash requeue {run.root} --release`")
+        view = actions.hold(queue, job, run_root=root)
+        print(
+            f"{queue.name} job {job}: held ({view.describe()});"
+            f" `ckptdash requeue {run.root} --release`"
+        )
     elif args.release:
-        view = slurm_admin.release(job)
-        print(f"slurm job {job}: released ({view.describe()})")
+        view = actions.release(queue, job, run_root=root)
+        print(f"{queue.name} job {job}: released ({view.describe()})")
     else:
-        after = slurm_admin.cancel_pending(job)
+        after = actions.cancel_pending(queue, job, run_root=root)
         state = after.describe() if after is not None else "gone from the queue"
-        print(f"slurm job {job}: cancelled while pending ({state})")
+        print(f"{queue.name} job {job}: cancelled while pending ({state})")
     return 0
 
 
@@ -366,23 +359,25 @@ def _resume(args: argparse.Namespace) -> int:
                 f"{args.pin}: not a checkpoint this run recorded; pick a path from"
                 f" `ckptdash status {run.root}` (pins are limited to recorded checkpoints)"
             )
-        lifted = crash_loop.lift(run)
-        control.update_settings(run, resume_pin=match.path, sticky=args.sticky)
+        if match.artifact:
+            raise CkptDashError(artifact_refusal(match))
+        lifted = actions.pin(run, match.path, sticky=args.sticky).lifted_crash_loop
     elif args.clear:
-        control.update_settings(run, resume_pin=None, fresh_start=False)
+        actions.clear_pin(run)
     elif args.fresh:
-        lifted = crash_loop.lift(run)
-        control.update_settings(run, fresh_start=True)
+        lifted = actions.start_fresh(run).lifted_crash_loop
         print(
             "the next attempt starts fresh; checkpoints recorded before it are never chosen again"
         )
     if lifted:
-        print("requeue: back to auto (it was suspended after a crash loop)")
+        print(actions.LIFTED)
     choice = choose_resume(run, state=state)
     print(one_line(f"next attempt resumes from: {choice.path or 'nothing (fresh start)'}"))
     print(one_line(f"because: {choice.reason}"))
     for path, reason in choice.skipped:
         print(one_line(f"skipped {path}: {reason}"))
+    for path, reason in choice.passed_over:
+        print(one_line(f"passed over {path}: {reason} (an artifact: cannot resume training)"))
     return 0
 
 

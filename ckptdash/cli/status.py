@@ -13,21 +13,22 @@ from typing import Any
 
 import msgspec
 
-from ckptdash import control
+from ckptdash import control, schedulers
 from ckptdash import humanize as fmt
 from ckptdash.analysis import run_words
 from ckptdash.analysis.health import short_error
 from ckptdash.analysis.run_words import logger_line
 from ckptdash.cli import health as health_cli
-from ckptdash.errors import CkptDashError
+from ckptdash.errors import CkptDashError, RunDirError
 from ckptdash.ops import liveness
-from ckptdash.ops import slurm as slurm_admin
 from ckptdash.resume import choose_resume
-from ckptdash.rundir import RunDir, find_runs
+from ckptdash.rundir import RunDir, door, find_runs
+from ckptdash.schedulers.base import JobStatus
 from ckptdash.state import RunState
 from ckptdash.state.checkpoints import checkpoint_order
-from ckptdash.state.reading import load_state
+from ckptdash.state.checkpoints import kind as checkpoint_kind
 from ckptdash.state.records import SHOWN_STALE_AFTER_S, AttemptInfo, CheckpointInfo
+from ckptdash.state.runset import RunSet
 from ckptdash.terminal import one_line
 
 
@@ -39,9 +40,12 @@ def status_command(args: argparse.Namespace) -> int:
     views = [None] * len(states) if args.no_scheduler else job_statuses(states)
     if args.json:
         dicts = []
+        now = time.time()
         for run, state, view in zip(runs, states, views, strict=True):
             d = state.to_dict()
+            judge_into(d, run, state, now, resume=len(states) == 1)
             d["alerts"] = health_cli.alerts_of(run, state, args)
+            d["untrusted"] = door.untrusted(run.root)
             if view is not None:
                 d["scheduler"] = view.to_dict()
             dicts.append(d)
@@ -69,21 +73,17 @@ def status_command(args: argparse.Namespace) -> int:
 def load_each(
     runs: list[RunDir], path: str | Path
 ) -> tuple[list[RunDir], list[RunState], list[tuple[RunDir, str]]]:
-    """The state of each run of a folder; a run that cannot be read fails alone (its
-    reason in the third list) and the others go on. A single run's error is raised."""
-    if len(runs) == 1 and runs[0].root == Path(path):
-        return runs, [load_state(runs[0])], []
-    good: list[RunDir] = []
-    states: list[RunState] = []
-    broken: list[tuple[RunDir, str]] = []
-    for run in runs:
-        try:
-            states.append(load_state(run))
-        except CkptDashError as exc:
-            broken.append((run, str(exc)))
-            continue
-        good.append(run)
-    return good, states, broken
+    """The state of each run of a folder, read through one run set
+    (:mod:`ckptdash.state.runset`); a run that cannot be read fails alone (its reason in the
+    third list) and the others go on. A single run's error is raised."""
+    each = RunSet(path, strict=True)
+    each.join(runs)
+    read = {run.rd.root: run.state for run in each.poll()}
+    broken = [(run, each.broken[str(run.root)][1]) for run in runs if str(run.root) in each.broken]
+    if broken and len(runs) == 1 and runs[0].root == Path(path):
+        raise RunDirError(broken[0][1])
+    good = [run for run in runs if run.root in read]
+    return good, [read[run.root] for run in good], broken
 
 
 def _print_broken(broken: list[tuple[RunDir, str]], rc: int) -> int:
@@ -108,6 +108,40 @@ def run_word(
     return run_words.run_word(newest, state.requeues, state.signals, now, stale_after_s)
 
 
+def judge_into(
+    d: dict[str, Any], run: RunDir, state: RunState, now: float, *, resume: bool = True
+) -> None:
+    """Add to ``d`` (``state.to_dict()``) every judgement the text of ``ckptdash status``
+    shows beyond the recorded state, in the fields docs/format.md documents: the run's word
+    (``state``: ``lost``, ``stale``, …), each attempt's ``shown_outcome`` and ``lost`` line,
+    each checkpoint's ``before_fresh_start``, and ``next_resume`` (with ``resume``: one run
+    in full, as the text shows it; a folder's line per run has none, so neither has its JSON).
+
+    Invariant: the text and the JSON are made from the same calls (:func:`run_word`,
+    :func:`_outcome`, :func:`_history`, :func:`~ckptdash.resume.choose_resume`), so a script
+    never reads ``running`` where a person reads ``lost``.
+    """
+    gone = liveness.gone_here(state, now=now)
+    d["judged_at"] = now
+    d["state"] = run_word(state, now, gone=gone)
+    for n, a in state.attempts.items():
+        entry = d["attempts"][str(n)]
+        entry["shown_outcome"] = "lost" if a.outcome == "running" and n in gone else a.outcome
+        entry["lost"] = gone.get(n)
+    boundary = state.fresh_start()
+    since = boundary.attempt if boundary is not None else -1
+    for path, c in state.checkpoints.items():
+        d["checkpoints"][path]["before_fresh_start"] = _history(c, since)
+    if not resume:
+        return
+    choice = choose_resume(run, state=state)
+    d["next_resume"] = {
+        "path": choice.path,
+        "reason": choice.reason,
+        "skipped": [{"path": p, "reason": why} for p, why in choice.skipped],
+    }
+
+
 def _newest(state: RunState) -> AttemptInfo | None:
     return state.attempts[max(state.attempts)] if state.attempts else None
 
@@ -130,7 +164,8 @@ def render_run_lines(runs: list[RunDir], states: list[RunState], now: float | No
         rows.append(
             [
                 run.root.name,
-                run_word(state, now, gone=liveness.gone_here(state, now=now)),
+                run_word(state, now, gone=liveness.gone_here(state, now=now))
+                + (" (untrusted)" if door.untrusted(run.root) else ""),
                 "-" if newest is None else str(newest.attempt),
                 step,
                 fmt.rough_age(None if newest is None else newest.last_heartbeat_t, now),
@@ -178,23 +213,26 @@ def goodput_command(args: argparse.Namespace) -> int:
     return _print_broken(broken, 0)
 
 
-def job_statuses(states: list[RunState]) -> list[slurm_admin.JobStatus | None]:
-    """SLURM's view of each run's job for ``status`` (None for a run with no SLURM job).
+def job_statuses(states: list[RunState]) -> list[JobStatus | None]:
+    """The scheduler's view of each run's job for ``status`` (None for a run with no job of a
+    scheduler ckptdash can ask).
 
-    Once SLURM cannot be asked at all it is not asked again for the other runs: an unreachable
-    controller costs one wait.
+    Once a scheduler cannot be asked at all it is not asked again for the other runs: an
+    unreachable controller costs one wait.
     """
-    out: list[slurm_admin.JobStatus | None] = []
-    unavailable = ""
+    out: list[JobStatus | None] = []
+    unavailable: dict[str, str] = {}
     for state in states:
-        job = slurm_admin.job_of(state.attempts.values())
-        if job is None:
+        found = schedulers.job_of(state.attempts.values())
+        queue = None if found is None else schedulers.queue_for(found[0])
+        if found is None or queue is None:
             out.append(None)
-        elif unavailable:
-            out.append(slurm_admin.JobStatus(job, asked=True, unavailable=unavailable))
+        elif found[0] in unavailable:
+            out.append(queue.unavailable_status(found[1], unavailable[found[0]]))
         else:
-            status = slurm_admin.job_status(job)
-            unavailable = status.unavailable
+            status = queue.job_status(found[1])
+            if status.unavailable:
+                unavailable[found[0]] = status.unavailable
             out.append(status)
     return out
 
@@ -203,14 +241,14 @@ def render_status(
     run: RunDir,
     state: RunState,
     now: float | None = None,
-    scheduler: slurm_admin.JobStatus | None = None,
+    scheduler: JobStatus | None = None,
     gone: dict[int, str] | None = None,
 ) -> str:
     """A readable summary of one run: attempts, checkpoints, signals, requeues, commands.
 
     ``gone`` (:func:`ckptdash.ops.liveness.gone_here`) shows those running attempts as lost.
 
-    ``scheduler`` (from :func:`job_statuses`) adds SLURM's view of the job under the header.
+    ``scheduler`` (from :func:`job_statuses`) adds the scheduler's view of the job under the header.
     Every line holds one line: a newline inside a recorded value is printed as an escape.
     """
     return "\n".join(
@@ -225,11 +263,13 @@ def render_status(
     )
 
 
-def _header_lines(
-    run: RunDir, state: RunState, scheduler: slurm_admin.JobStatus | None
-) -> list[str]:
-    """The run, its requeue setting and pin, SLURM's view, and what the next attempt resumes."""
+def _header_lines(run: RunDir, state: RunState, scheduler: JobStatus | None) -> list[str]:
+    """The run, its requeue setting and pin, the scheduler's view, and what the next attempt
+    resumes."""
     lines = [f"run {state.run_id}  {run.root}"]
+    why = door.untrusted(run.root)
+    if why:
+        lines.append(f"UNTRUSTED: {why}; what it records may have been written by others")
     try:
         settings = control.read_settings(run)
         requeue = "suspended" if settings.requeue_suspended else "auto"
@@ -283,11 +323,12 @@ def _checkpoints_table(run: RunDir, state: RunState) -> str:
     boundary = state.fresh_start()
     since = boundary.attempt if boundary is not None else -1
     return _table(
-        ["step", "trigger", "status", "size", "save s", "attempt", "path"],
+        ["step", "trigger", "kind", "status", "size", "save s", "attempt", "path"],
         [
             [
                 _opt(c.step),
                 c.trigger,
+                checkpoint_kind(c, state.checkpoints),
                 c.status
                 + (" (unvalidated)" if c.unvalidated else "")
                 + (" (before fresh start)" if _history(c, since) else ""),

@@ -29,9 +29,9 @@ whole with :func:`~ckptdash.rundir.atomic_write` (readers see the old file
 or the new one) and read fresh at every decision (:func:`read_settings` has no
 cache), so a click just before a preemption signal still counts.
 
->>> cmd = issue("runs/exp1", "save_now")       # doctest: +SKIP
->>> [c.command for c in claim("runs/exp1")]    # doctest: +SKIP
-[SaveNow(id='01764430000123456789-1f2e3d4c', ...)]
+>>> cmd = issue("runs/exp1", "save_now")
+>>> [c.command for c in claim("runs/exp1")]    # doctest: +ELLIPSIS
+[SaveNow(v=1, id='...', ...)]
 """
 
 from __future__ import annotations
@@ -88,6 +88,7 @@ from ckptdash.events import (
     encode_command,
 )
 from ckptdash.rundir import RunDir, create_exclusive
+from ckptdash.rundir.door import GROUP_INBOX
 from ckptdash.rundir.safe_read import open_dir
 
 # The settings and the files' limits live in their own modules; this one is the channel's
@@ -186,7 +187,8 @@ def issue(
     :class:`~ckptdash.errors.EventValidationError` for fields the schema
     refuses (a negative ``now``).
 
-    >>> issue("runs/exp1", "stop_after_save", ttl_s=300)  # doctest: +SKIP
+    >>> issue("runs/exp1", "stop_after_save", ttl_s=300)  # doctest: +ELLIPSIS
+    StopAfterSave(v=1, id='...', ...)
     """
     cls = _command_class(command)
     if ttl_s is not None and not (math.isfinite(ttl_s) and ttl_s > 0):
@@ -198,7 +200,8 @@ def issue(
     else:
         ns, t = round(now * 1e9), now
     _check_inbox(rd)
-    for _ in range(3):  # a collision needs the same nanosecond *and* 32 random bits
+    inbox = rd.inbox
+    for _ in range(4):  # a collision needs the same nanosecond *and* 32 random bits
         cmd = cls(
             id=f"{ns:020d}-{secrets.token_hex(4)}",
             t=t,
@@ -206,11 +209,17 @@ def issue(
             host=socket.gethostname() if host is None else host,
             expires_at=None if ttl_s is None else t + ttl_s,
         )
-        target = rd.inbox / f"{cmd.id}{COMMAND_SUFFIX}"
+        target = inbox / f"{cmd.id}{COMMAND_SUFFIX}"
         data = encode_command(cmd)
         try:
-            if create_exclusive(target, data, mode=FILE_MODE):
+            # In the group inbox the owner's job (same group) must read it: 0640.
+            mode = FILE_MODE if inbox == rd.inbox else 0o640
+            if create_exclusive(target, data, mode=mode):
                 return cmd
+        except PermissionError as exc:
+            if inbox != rd.inbox:
+                raise ControlError(f"{target}: cannot create the command file ({exc})") from exc
+            inbox = _group_inbox(rd)  # not the owner: the group's inbox, when opened to it
         except OSError as exc:
             raise ControlError(
                 f"{target}: cannot create the command file ({exc.strerror}); check that you can"
@@ -226,6 +235,7 @@ def claim(
     limit: int = CLAIM_BATCH,
     on_problem: Callable[[str], object] | None = None,
     scan: InboxScan | None = None,
+    folder: str = "inbox",
 ) -> list[Claimed]:
     """Take up to ``limit`` commands from the inbox, oldest first; each file goes to exactly
     one caller. The rest wait for the next call.
@@ -242,14 +252,15 @@ def claim(
     when this process's user owns them (:mod:`ckptdash.control.dirs`); otherwise
     :class:`ControlError` says which folder and why, and nothing moves. ``scan`` keeps the
     listing's place between calls (the job's: each call then lists for a few ms at most);
-    without it one call lists the whole inbox.
+    without it one call lists the whole inbox. ``folder``: ``"group-inbox"`` claims from the
+    group's inbox of a run whose owner opted in to group steering (``Settings.group_steering``).
 
     >>> for c in claim(run.root):  # doctest: +SKIP
     ...     writer.emit(CommandReceived, command_id=c.id, command=c.command_name)
     """
     rd = run_of(run_dir)
     try:
-        inbox = job_folder(rd, "inbox")
+        inbox = job_folder(rd, folder)
     except FileNotFoundError:
         return []
     try:
@@ -268,6 +279,18 @@ def claim(
             os.close(claimed)
     finally:
         os.close(inbox)
+
+
+def _group_inbox(rd: RunDir) -> Path:
+    """``control/group-inbox`` for a group member's command, or why there is none."""
+    folder = rd.root / GROUP_INBOX
+    if not os.path.isdir(folder) or os.path.islink(folder) or not os.access(folder, os.W_OK):
+        raise ControlError(
+            f"{rd.inbox}: the run's inbox is its owner's alone; to let the project group send"
+            " commands the owner runs control.update_settings(RUN, group_steering=True) (see"
+            " docs/security.md), and the next attempt opens control/group-inbox to the group"
+        )
+    return folder
 
 
 def _check_inbox(rd: RunDir) -> None:

@@ -21,9 +21,7 @@ folder the group can read. So, as maildir delivery does:
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
-import pwd
 import secrets
 import stat
 import time
@@ -33,20 +31,12 @@ from typing import Final
 
 from ckptdash.errors import ControlError, NotARegularFile
 from ckptdash.rundir import CONTROL_DIR, TEMP_PREFIX, RunDir
+from ckptdash.rundir.door import user_name as user_name
 from ckptdash.rundir.safe_read import O_CLOEXEC, O_DIRECTORY, O_NOFOLLOW, open_dir
 
 SCAN_BUDGET_S: Final = 0.002
 """Most time one check spends listing the inbox; a longer listing goes on at the next check."""
 _CHECK_CLOCK_EVERY: Final = 64  # entries between two looks at the clock
-
-
-@functools.lru_cache(maxsize=256)
-def user_name(uid: int) -> str:
-    """The account name of ``uid`` (``uid-1234`` when the passwd database has none)."""
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return f"uid-{uid}"
 
 
 def _refusal(path: Path, exc: OSError) -> ControlError:

@@ -21,6 +21,7 @@ from ckptdash.errors import (
     UnreadableControlFile,
 )
 from ckptdash.rundir import RunDir
+from ckptdash.rundir.door import make_folders
 from ckptdash.rundir.safe_read import read_capped_stat
 
 MAX_CONTROL_FILE_BYTES: Final = 64 * 1024
@@ -90,7 +91,7 @@ def existing_run(run_dir: PathArg) -> RunDir:
 
 def make_dirs(path: Path) -> None:
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        make_folders(path)
     except OSError as exc:
         raise ControlError(
             f"{path}: cannot create the folder ({exc.strerror}); check the run directory's"

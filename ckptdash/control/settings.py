@@ -36,7 +36,7 @@ from ckptdash.errors import (
     UnreadableControlFile,
 )
 from ckptdash.events import Settings, decode_settings, encode_settings
-from ckptdash.rundir import SETTINGS_FILE, RunDir
+from ckptdash.rundir import SETTINGS_FILE, RunDir, door
 
 if sys.platform != "win32":
     import fcntl
@@ -44,6 +44,10 @@ if sys.platform != "win32":
 SETTINGS_LOCK: Final = "control/settings.lock"
 SETTINGS_NAME: Final = SETTINGS_FILE.rsplit("/", 1)[1]
 LOCK_NAME: Final = SETTINGS_LOCK.rsplit("/", 1)[1]
+CRASH_LOOP_AUTHOR: Final = "ckptdash crash loop"
+"""``updated_by`` of the requeue suspension a crash loop wrote (``ckptdash.train.crash_loop``):
+an action that answers the loop (a pin, a fresh start) lifts only a suspension with this author;
+one that someone set by hand stays."""
 _HOW_TO_FIX_SETTINGS: Final = "remove it and set the settings again (control.update_settings())"
 
 
@@ -89,6 +93,7 @@ def update_settings(
     sticky: bool = False,
     fresh_start: bool | None = None,
     health: dict[str, float] | None = None,
+    group_steering: bool | None = None,
     author: str | None = None,
     now: float | None = None,
 ) -> Settings:
@@ -97,14 +102,19 @@ def update_settings(
     ``requeue_suspended=None`` and ``resume_pin=UNSET`` leave that setting as
     it is; ``resume_pin=None`` clears the pin. A new pin is used once (the attempt that loads
     it consumes it) unless ``sticky``. ``fresh_start=True`` asks the next attempt to start
-    fresh (and clears the pin); ``None`` leaves that request as it is. ``author`` is recorded as
+    fresh (and clears the pin); ``None`` leaves that request as it is. ``group_steering=True``
+    lets the project group send commands: the owner's next attempt opens
+    ``control/group-inbox/`` to the group (``False`` closes it; only the run's owner can write
+    this file, and the job honours it only in the owner's own file). ``author`` is recorded as
     ``updated_by`` (default ``user@host``). The file is read, changed and
     replaced atomically under a lock, so two dashboards changing different
     settings at once do not undo each other. An existing file that does not
     parse is left alone and :class:`MalformedControlFile` is raised.
 
-    >>> update_settings("runs/exp1", requeue_suspended=True)  # doctest: +SKIP
-    >>> update_settings("runs/exp1", resume_pin="checkpoints/step=1200.ckpt")  # doctest: +SKIP
+    >>> update_settings("runs/exp1", requeue_suspended=True).requeue_suspended
+    True
+    >>> update_settings("runs/exp1", resume_pin="checkpoints/step=1200.ckpt").resume_pin
+    'checkpoints/step=1200.ckpt'
     """
     if requeue_suspended is not None and not isinstance(requeue_suspended, bool):
         raise ControlError(f"requeue_suspended={requeue_suspended!r}: must be True or False")
@@ -136,6 +146,8 @@ def update_settings(
             changes["fresh_start"] = bool(fresh_start)
             if fresh_start:
                 changes["resume_pin"], changes["resume_pin_sticky"] = None, False
+        if group_steering is not None:
+            changes["group_steering"] = bool(group_steering)
         if health is not None:  # the whole mapping: the caller merged and validated it
             changes["health"] = dict(sorted(health.items()))
         new = msgspec.structs.replace(current, **changes)
@@ -175,8 +187,10 @@ def _settings_lock(rd: RunDir, control: int) -> Iterator[None]:
     lock_path = rd.root / SETTINGS_LOCK
     with _process_settings_lock:
         try:
-            flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
-            fd = os.open(LOCK_NAME, flags, FILE_MODE, dir_fd=control)
+            # The one door: a FIFO or a link in its place is refused, never waited on.
+            fd, _ = door.open_at(
+                control, LOCK_NAME, write=True, create=True, mode=FILE_MODE, path=lock_path
+            )
         except OSError as exc:
             raise ControlError(
                 f"{lock_path}: cannot open the settings lock ({exc.strerror}); check that you"

@@ -40,7 +40,7 @@ from ckptdash.dash.views.events import EventsFeed
 from ckptdash.dash.views.goodput_bars import BadputView
 from ckptdash.dash.views.health import HealthBanner, RanksView
 from ckptdash.dash.views.metrics import MetricsPlot
-from ckptdash.dash.views.slurm import SchedulerPanel
+from ckptdash.dash.views.scheduler import SchedulerPanel
 from ckptdash.dash.views.text import esc
 from ckptdash.dash.views.timeline import Timeline
 from ckptdash.dash.views.widgets import html_pane, theme_toggle
@@ -283,7 +283,7 @@ def dashboard(path: str | os.PathLike[str] | None = None, **options: Any) -> Das
     offline login node. ``options`` are :class:`DashOptions` fields.
 
     >>> import ckptdash                                   # doctest: +SKIP
-    >>> ckptdash.dashboard("runs/exp1")                   # last line of a cell: shows it
+    >>> ckptdash.dashboard("runs/exp1")  # doctest: +SKIP
     """
     pages.load_javascript()  # once per browser page: after a reload, again
     # A change sent before the front end has opened the widget's comm is lost, and an idle

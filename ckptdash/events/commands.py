@@ -95,6 +95,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     from before the boundary are never chosen again."""
     health: dict[str, float] = msgspec.field(default_factory=dict)
     """Health thresholds of this run by name (``ckptdash health RUN --set NAME=VALUE``)."""
+    group_steering: bool = False
+    """The project group may send commands (``ckptdash steer RUN --group``): the owner's next
+    attempt opens ``control/group-inbox/`` to the group. Honoured only in a settings file the
+    run's owner wrote; without it the inbox is the owner's alone."""
     updated_at: NonNegFloat = 0.0
     updated_by: str = ""
 
@@ -102,9 +106,18 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
 _settings_decoder = msgspec.json.Decoder(Settings, strict=True)
 
 
+# Fields added after a release, written only when set: a reader of that release forbids unknown
+# fields, so a run that never uses the newer setting stays readable (and steerable) by it.
+_WRITTEN_WHEN_SET = ("group_steering",)
+
+
 def encode_settings(settings: Settings) -> bytes:
-    """Encode the settings file's content."""
-    return msgspec.json.format(encoder.encode(settings), indent=2) + b"\n"
+    """Encode the settings file's content (the newer fields only when they are set)."""
+    fields = msgspec.structs.asdict(settings)
+    for name in _WRITTEN_WHEN_SET:
+        if not fields[name]:
+            del fields[name]
+    return msgspec.json.format(encoder.encode(fields), indent=2) + b"\n"
 
 
 def decode_settings(data: bytes, file: str) -> Settings:

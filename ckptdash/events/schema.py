@@ -125,6 +125,15 @@ class CheckpointSaved(Event, frozen=True, tag="checkpoint_saved"):
     unvalidated: str | None = None
     """Why ckptdash could not see the files a CheckpointIO wrote for ``path`` (then
     ``size_bytes`` is 0 and there is no checksum: the IO's own load is the only check)."""
+    artifact: str | None = None
+    """Why this checkpoint cannot resume training: an artifact (weights only, an export, a
+    model alone), e.g. ``"weights only: ModelCheckpoint(save_weights_only=True)"``. Absent
+    (older runs too): it holds model, optimizer and loop state, and resumes training. The
+    resume rule passes artifacts over (docs/resume-rule.md, Two kinds of checkpoint)."""
+    same_as: str | None = None
+    """``path`` is a symbolic link to (or a copy of) the checkpoint recorded at ``same_as``,
+    an absolute path: Lightning's ``last.ckpt`` under ``save_last="link"``, or its
+    ``last.ckpt`` after a signal save. Same step, same bytes; a resume loads ``same_as``."""
 
 
 class CheckpointFailed(Event, frozen=True, tag="checkpoint_failed"):

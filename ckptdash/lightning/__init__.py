@@ -33,22 +33,24 @@ from ckptdash.lightning.compat import (
     OnExceptionCheckpoint,
     pl,
 )
+from ckptdash.lightning.fit_start import install_fit_start_hook
 from ckptdash.lightning.frames import (
     end_reason,
     in_spawn_launcher,
     under_lightning_interrupt_handling,
 )
+from ckptdash.lightning.links import claim_lasts, follow_links, make_lasts
 from ckptdash.lightning.loggers import TrainerLoggers, install_fit_hook
 from ckptdash.lightning.resume import hook_resume
 from ckptdash.lightning.signals import take_signals_over
 from ckptdash.lightning.strategies import record_outside_io, replaces_save, writes_shards
 from ckptdash.rundir import RunDir
+from ckptdash.schedulers.base import Scheduler
 from ckptdash.train import submitit_job
 from ckptdash.train.async_save import AsyncSaver
 from ckptdash.train.config import TrainConfig
 from ckptdash.train.decision import Decision
 from ckptdash.train.forward import forward_to_children
-from ckptdash.train.scheduler import Scheduler
 from ckptdash.train.session import Session
 from ckptdash.train.ticker import Ticker
 
@@ -97,6 +99,30 @@ def _before_fit(trainer: Any) -> None:
             return
 
 
+def _ckptdash_callback(trainer: Any) -> CkptDashCallback | None:
+    """The trainer's first CkptDashCallback, clear of any earlier fit's setup; or None."""
+    for cb in getattr(trainer, "callbacks", []):
+        if isinstance(cb, CkptDashCallback):
+            cb._set_up = False
+            return cb
+    return None
+
+
+def _failed_at_start(callback: CkptDashCallback, trainer: Any, error: BaseException) -> None:
+    """A fit() that raised before ``callback``'s setup (Lightning refused its ``ckpt_path``,
+    a misconfigured Trainer): record the attempt, failed with that error. Never raises."""
+    if callback._set_up or callback.session is not None:
+        return  # the attempt is the callback's: it records its own end
+    with contextlib.suppress(Exception):  # another live job's directory, say: its refusal
+        session = Session(callback.config, scheduler=callback._scheduler)
+        max_steps = getattr(trainer, "max_steps", None)
+        session.start(
+            max_steps=max_steps if max_steps and max_steps > 0 else None, install_signals=False
+        )
+        session.record_exception(error)
+        session.close(error=error)
+
+
 class CkptDashCallback(pl.Callback):
     """Records checkpoints and signals of a Lightning run, handles preemption and requeue.
 
@@ -123,9 +149,14 @@ class CkptDashCallback(pl.Callback):
         self._error: BaseException | None = None
         self._ticker: Ticker | None = None
         self._loggers: TrainerLoggers | None = None
+        self._stop_save: tuple[list[tuple[Any, str]], str, Trigger] | None = None
+        """ckptdash's save that ends training: the last.ckpt files to make, path, trigger."""
+        self._set_up = False
+        """Whether this callback's setup ran for the fit now going on (see _failed_at_start)."""
         _skip_unused_hooks(self)
         if self.config.continue_loggers:
             install_fit_hook(_before_fit)
+        install_fit_start_hook(_ckptdash_callback, _failed_at_start)
 
     def __getstate__(self) -> dict[str, Any]:
         # ddp_spawn pickles the Trainer, callbacks included, for its workers: the one moment a
@@ -179,10 +210,15 @@ class CkptDashCallback(pl.Callback):
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
         if stage != "fit" or self.session is not None:
             return
+        self._set_up = True
         session = Session(self.config, scheduler=self._scheduler)
         self.session = session
         max_steps = trainer.max_steps if trainer.max_steps and trainer.max_steps > 0 else None
         session.start(max_steps=max_steps, install_signals=False)
+        # Before Lightning's fit() captures the handlers it restores at its teardown (which
+        # runs before ours, after run_finished may be near): a late USR2 is then held by
+        # what it restores, not ended by its default action (train/signals.py).
+        session.signals.hold_late()
         # fit() returns after a preemption and the submitted function goes on: only a wrapper
         # can keep its early return from becoming the submitit job's result.
         submitit_job.warn_if_unwrapped(
@@ -190,6 +226,7 @@ class CkptDashCallback(pl.Callback):
         )
         self._wrap_checkpoint_io(trainer, session)
         self._record_sharded_saves(trainer, session)
+        follow_links(trainer, session)
         if self.config.resume:
             hook_resume(trainer, session)
         self._close_on_failure(trainer)  # after: a refused ckpt_path fails the attempt too
@@ -377,6 +414,7 @@ class CkptDashCallback(pl.Callback):
             trainer.should_stop = trainer.should_stop or session.stop_reason is not None
             return
         path = self.config.checkpoint_path / f"step={trainer.global_step}-{decision.trigger}.ckpt"
+        lasts = claim_lasts(trainer) if decision.stop else []
         with self._saving(decision.trigger):
             try:
                 trainer.save_checkpoint(path)
@@ -389,6 +427,7 @@ class CkptDashCallback(pl.Callback):
         session.after_save(None, str(path))
         if session.stop_reason is not None:
             trainer.should_stop = True
+            self._stop_save = (lasts, os.path.abspath(path), decision.trigger)
 
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
         self._stop_timed_checks()
@@ -417,6 +456,10 @@ class CkptDashCallback(pl.Callback):
             # SIGTERM action before callbacks' teardown runs: record the end now.
             with contextlib.suppress(Exception):  # a failed async save is already an event
                 flush_async(trainer.strategy.checkpoint_io)
+            if self._stop_save is not None:
+                stop_save, self._stop_save = self._stop_save, None
+                with contextlib.suppress(OSError):  # Lightning would have tried; no worse
+                    make_lasts(trainer, session, *stop_save)
             session.close()
         else:
             session.release_signals()  # one that came after the last check is recorded too

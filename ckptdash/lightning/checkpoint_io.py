@@ -102,6 +102,7 @@ class RecordingCheckpointIO(CheckpointIO):
                 on_saved=self.callback.on_checkpoint_saved,
                 fail_on_earlier=True,
                 monitored=monitored_scores(checkpoint),
+                artifact=weights_only(checkpoint),
             )
             return
         saved = save_atomic(
@@ -112,6 +113,7 @@ class RecordingCheckpointIO(CheckpointIO):
             step=meta.get("step"),
             epoch=checkpoint.get("epoch"),
             monitored=monitored_scores(checkpoint),
+            artifact=weights_only(checkpoint),
         )
         if saved is not None:
             self.callback.on_checkpoint_saved(saved)
@@ -192,9 +194,27 @@ def record_written(
         epoch=checkpoint.get("epoch"),
         write=write,
         monitored=monitored_scores(checkpoint),
+        artifact=weights_only(checkpoint),
     )
     if saved is not None:
         callback.on_checkpoint_saved(saved)
+
+
+WEIGHTS_ONLY: Final = "weights only (save_weights_only=True): no optimizer or callback state"
+"""The ``artifact`` of a Lightning checkpoint saved with ``weights_only``."""
+
+
+def weights_only(checkpoint: dict[str, Any]) -> str | None:
+    """Why a Lightning checkpoint cannot resume training, or None when it can.
+
+    ``trainer.save_checkpoint(path, weights_only=True)`` (what ``ModelCheckpoint(
+    save_weights_only=True)`` calls) leaves out ``optimizer_states``, which Lightning's
+    ``fit(ckpt_path=...)`` then refuses to restore; a full checkpoint always has the key
+    (an empty list without optimizers).
+    """
+    if "state_dict" in checkpoint and "optimizer_states" not in checkpoint:
+        return WEIGHTS_ONLY
+    return None
 
 
 def monitored_scores(checkpoint: dict[str, Any]) -> dict[str, float] | None:

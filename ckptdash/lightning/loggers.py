@@ -14,6 +14,7 @@ Only rank 0 talks to the loggers (Lightning gives other ranks a dummy experiment
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import Callable
@@ -23,7 +24,7 @@ from typing import Any, Final
 
 from ckptdash.events import LoggerAttached
 from ckptdash.lightning.compat import pl
-from ckptdash.rundir import RunDir
+from ckptdash.rundir import RunDir, door
 from ckptdash.train import loggers
 from ckptdash.train.session import Session
 
@@ -212,9 +213,13 @@ def _rewrite_csv(logger: Any, resume_step: int, earlier: int | None) -> str:
     writer told the header, so that it appends under it."""
     target = Path(logger.log_dir) / "metrics.csv"
     kept = target.with_name(target.name + KEPT_SUFFIX)
-    if not kept.exists():
+    try:
+        header = loggers.truncate_csv(kept, resume_step, target=target)
+    except OSError as exc:  # a link, a FIFO, another account's file: never read
+        print(f"ckptdash: {kept}: not read back ({exc.strerror})", file=sys.stderr)
         return ""
-    header = loggers.truncate_csv(kept, resume_step, target=target)
+    if header is None:
+        return ""
     kept.unlink()
     experiment = logger.experiment
     if header and not experiment.metrics_keys:
@@ -242,14 +247,27 @@ _REDO: Final[dict[str, Callable[[Any, int, int | None], str]]] = {
 
 def _keep_csv(metrics: Path) -> None:
     """Move ``metrics.csv`` aside before Lightning's writer deletes it (a kept file from an
-    attempt that died before writing it back is the older truth: it stays)."""
-    kept = metrics.with_name(metrics.name + KEPT_SUFFIX)
-    if kept.exists():
-        return
+    attempt that died before writing it back is the older truth: it stays).
+
+    The version folder is made or tightened first (the owner's alone: :func:`door.own_folder`)
+    and every name is used relative to it; a kept name that is not the owner's own regular
+    file (a link to ``~/.ssh/key``, a FIFO, a hard link) is removed, never read."""
     try:
-        os.replace(metrics, kept)
-    except FileNotFoundError:
+        held = door.own_folder(metrics.parent)
+    except OSError as exc:  # another account's folder: no continuity, Lightning goes on
+        print(f"ckptdash: {exc}", file=sys.stderr)
         return
+    kept = metrics.name + KEPT_SUFFIX
+    try:
+        if door.is_own_file(held, kept):
+            return
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(kept, dir_fd=held)  # not ours (a link is removed, its target untouched)
+            print(f"ckptdash: {metrics.parent / kept}: not the run's own; removed", file=sys.stderr)
+        with contextlib.suppress(FileNotFoundError):
+            os.rename(metrics.name, kept, src_dir_fd=held, dst_dir_fd=held)
+    finally:
+        os.close(held)
 
 
 # --- what to show ---------------------------------------------------------------------------------

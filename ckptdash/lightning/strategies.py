@@ -35,6 +35,7 @@ from ckptdash.lightning.checkpoint_io import (
     declare_dir_of,
     monitored_scores,
     stamp,
+    weights_only,
 )
 from ckptdash.lightning.compat import (
     DeepSpeedStrategy,
@@ -137,6 +138,7 @@ def record_outside_io(
         write=what_was_written,
         began=began,
         monitored=monitored_scores(checkpoint),
+        artifact=weights_only(checkpoint),
     )
     if saved is not None:
         callback.on_checkpoint_saved(saved)

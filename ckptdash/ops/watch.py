@@ -1,8 +1,7 @@
 """``ckptdash watch``: raise each health alert once, tell someone, act, and record it all.
 
-A :class:`Watch` tails a run (or a folder of runs) like the dashboard does, runs the
-detectors of :mod:`ckptdash.analysis.health` every ``interval_s``, and for each alert that begins or
-ends:
+A :class:`Watch` tails a run (or a folder of runs) like the dashboard does, runs the health
+detectors every ``interval_s``, and for each alert that begins or ends:
 
 1. writes ``alert_raised`` / ``alert_cleared`` into the run (source ``watch``), durable, so
    the dashboard and the next person see it — and a restarted watch does not fire it again;
@@ -21,6 +20,7 @@ The alert JSON::
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -39,15 +39,15 @@ from typing import Any, Final, TextIO
 from ckptdash import control
 from ckptdash.analysis import health
 from ckptdash.analysis.health import Alert, Thresholds
-from ckptdash.errors import CkptDashError
+from ckptdash.errors import CkptDashError, RunDirError
 from ckptdash.events import ActionTaken, AlertCleared, AlertRaised
 from ckptdash.ops import liveness
-from ckptdash.ops import slurm as slurm_admin
 from ckptdash.rundir import RunDir
 from ckptdash.rundir.writer import EventWriter
+from ckptdash.schedulers import slurm_queue as slurm_admin
+from ckptdash.schedulers.base import Runner
 from ckptdash.state import RunState
-from ckptdash.state.reading import catch_up, resume
-from ckptdash.tail.folder import FolderTailer
+from ckptdash.state.runset import RunSet
 from ckptdash.terminal import one_line
 
 ACTIONS: Final = {
@@ -210,7 +210,7 @@ def run_exec(cmd: str, payload: dict[str, Any]) -> tuple[int, str]:
 def act(
     action: str,
     job: str,
-    runner: slurm_admin.Runner | None = None,
+    runner: Runner | None = None,
     *,
     run_root: str | os.PathLike[str] | None = None,
 ) -> tuple[str, bool, str]:
@@ -265,10 +265,9 @@ def act(
 
 @dataclass
 class _Run:
-    state: RunState
+    state: RunState  # the run set's (ckptdash.state.runset): read there, judged here
     open: dict[str, Alert] = field(default_factory=dict)
     writers: dict[int, EventWriter] = field(default_factory=dict)
-    covered: int = 0  # bytes of log its snapshot covers
 
 
 @dataclass
@@ -295,7 +294,7 @@ class Watch:
         exec_cmd: str | None = None,
         webhook: Webhook | None = None,
         rules: dict[str, str] | None = None,
-        runner: slurm_admin.Runner | None = None,
+        runner: Runner | None = None,
         clock: Callable[[], float] = time.time,
         log: TextIO = sys.stdout,
     ) -> None:
@@ -308,30 +307,32 @@ class Watch:
         self.clock = clock
         self.log = log
         self.who = who()
-        # A job still pending has no run directory yet: wait for it, as the dashboard does.
-        self._tailer = FolderTailer(self.path, wait=True)
+        self._set = RunSet(self.path)  # opens and reads the runs, as the dashboard's does
+        try:
+            self._set.discover()
+        except RunDirError:
+            # A job still pending has no run directory yet: wait for it, as the dashboard does.
+            if self.path.exists() and not self.path.is_dir():
+                raise
         self._runs: dict[Path, _Run] = {}
         self._said: set[tuple[Path, str]] = set()  # (run, problem) already printed
         Thresholds().updated(self.overrides, where="command line:")  # a bad one fails at start
-        for root in self._tailer.tailers:
-            self._thresholds(RunDir(root))  # a run's unreadable settings: said now, once
+        for run in self._set.open.values():
+            self._thresholds(run.rd)  # a run's unreadable settings: said now, once
 
     def poll(self) -> list[Fired]:
         """Read what is new, run the detectors, fire and act on what changed."""
         fired: list[Fired] = []
+        with contextlib.suppress(RunDirError, OSError):  # none right now: keep what we have
+            self._set.discover()
         # One run at a time, a piece at a time: the first look at a 10 GB log (or at 1,000
         # runs) holds one piece of it, not all of it (benchmarks/scale.py measures it).
-        for root, pieces in self._tailer.each():
+        for opened in self._set.poll():
+            root = opened.rd.root
             run = self._runs.get(root)
-            first_look = run is None
-            if run is None:  # from its snapshot when one can be trusted, then the tail
+            if run is None:  # opened from its snapshot when one could be trusted, then read
                 print(f"ckptdash watch: watching {root}", file=self.log, flush=True)
-                state, tailer, since = resume(RunDir(root))
-                self._tailer.tailers[root], pieces = tailer, tailer.batches()
-                run = self._runs[root] = _Run(state, covered=since)
-            tail = self._tailer.tailers[root]
-            run.covered = catch_up(RunDir(root), run.state, tail, pieces, run.covered)
-            if first_look:
+                run = self._runs[root] = _Run(opened.state)
                 run.open = _open_alerts(run.state)  # a restarted watch does not fire again
             fired.extend(self._check(root, run))
         return fired
@@ -339,7 +340,7 @@ class Watch:
     @property
     def waiting(self) -> bool:
         """No run to watch yet: the path does not exist or holds no events (a pending job)."""
-        return not self._tailer.tailers
+        return not self._set.open
 
     def run_forever(self, interval_s: float, stop: threading.Event | None = None) -> None:
         stop = stop or threading.Event()
@@ -352,6 +353,7 @@ class Watch:
         for run in self._runs.values():
             for w in run.writers.values():
                 w.close()
+        self._set.close()
         if self.webhook is not None:
             self.webhook.close()
 

@@ -34,6 +34,7 @@ import msgspec
 from ckptdash.errors import AtomicWriteError, NotARegularFile, RunDirError
 from ckptdash.events.fields import DECODE_ERRORS
 from ckptdash.rundir.direct_io import DirectFile
+from ckptdash.rundir.door import make_folders
 from ckptdash.rundir.hashing import HashingWriter
 from ckptdash.rundir.safe_read import O_DIRECTORY, open_dir, read_capped
 
@@ -106,7 +107,10 @@ def atomic_write(
     ``direct``: write around the page cache where the filesystem allows it
     (:mod:`ckptdash.rundir.direct_io`; the same bytes, far less CPU for a large file).
 
-    >>> atomic_write("run/control/settings.json", b"{}\\n")  # doctest: +SKIP
+    >>> atomic_write("notes.json", b"{}\\n").size_bytes
+    3
+    >>> open("notes.json", "rb").read()
+    b'{}\\n'
     """
     path = Path(target)
     tmp = temp_path_for(path)
@@ -235,7 +239,7 @@ class RunDir:
     def ensure(self) -> RunInfo:
         """Create the layout if missing and return the run's identity (stable across attempts)."""
         for sub in (self.events, self.checkpoints):
-            sub.mkdir(parents=True, exist_ok=True)
+            make_folders(sub)  # 0755 whatever the umask: the run is its owner's alone
         self._ensure_control()
         info = RunInfo(run_id=secrets.token_hex(6), created_at=time.time())
         create_exclusive(self.run_file, msgspec.json.encode(info) + b"\n")

@@ -23,7 +23,6 @@ filesystem, and a torn read then fails the check and is read again at the next p
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -31,6 +30,8 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
+
+from ckptdash.rundir import door
 
 PULSES_DIR: Final = "pulses"
 RECORD_BYTES: Final = 512
@@ -166,12 +167,18 @@ class RecordMaker:
 
 
 class RecordFile:
-    """A file rewritten in place with one ``pwrite`` at offset 0 (never through a link)."""
+    """A file rewritten in place with one ``pwrite`` at offset 0, opened through the run's one
+    door (:func:`ckptdash.rundir.door.open_at`): relative to its folder, itself never entered
+    through a link (a ``pulses/`` swapped for a link to the owner's home is refused), never
+    blocking (a FIFO in its place is refused, not waited on), and only this user's own regular
+    file with one link. Raises ``OSError`` naming the file otherwise."""
 
     def __init__(self, path: str | os.PathLike[str], mode: int = 0o644) -> None:
         self.path = Path(path)
-        flags = os.O_WRONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC
-        self._fd: int | None = os.open(self.path, flags, mode)
+        with door.folder(self.path.parent, create=True) as held:
+            self._fd: int | None = door.open_at(
+                held, self.path.name, write=True, create=True, mode=mode, own=True, path=path
+            )[0]
         self._size = 0
 
     def write(self, data: bytes) -> None:
@@ -191,11 +198,8 @@ class RecordFile:
 
 
 def pulses_folder(root: str | os.PathLike[str]) -> Path:
-    """``RUN/pulses``, created if missing."""
-    folder = Path(root) / PULSES_DIR
-    with contextlib.suppress(FileExistsError):
-        folder.mkdir()
-    return folder
+    """``RUN/pulses`` (made by the first :class:`RecordFile` in it, mode 0755)."""
+    return Path(root) / PULSES_DIR
 
 
 class PulseRecordWriter:

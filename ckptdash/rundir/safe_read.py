@@ -124,13 +124,14 @@ def read_capped_stat(
 def open_dir(name: str, *, dir_fd: int | None = None, create: bool = False) -> int:
     """A descriptor of the folder ``name`` (relative to ``dir_fd``), never through a link.
 
-    With ``create`` a missing folder is made first (mode 0777 less the umask, as ``mkdir``).
+    With ``create`` a missing folder is made first, mode 0755 whatever the umask (a run's
+    folder is its owner's alone: :mod:`ckptdash.rundir.door`).
     Raises ``FileNotFoundError`` when it is missing, :class:`NotARegularFile` (``ELOOP`` or
     ``ENOTDIR``) for a symbolic link or a file in its place, and ``OSError`` otherwise.
     """
     if create:
         with contextlib.suppress(FileExistsError):
-            os.mkdir(name, dir_fd=dir_fd)
+            os.mkdir(name, 0o755, dir_fd=dir_fd)
     try:
         return os.open(name, os.O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC, dir_fd=dir_fd)
     except OSError as exc:

@@ -36,8 +36,9 @@ from ckptdash.rundir import EVENT_SUFFIX, RunDir
 class EventWriter:
     """Append events for one (attempt, rank) of a run. Thread-safe; a context manager.
 
-    >>> with EventWriter("runs/exp1", attempt=0) as w:  # doctest: +SKIP
-    ...     w.emit(RunStarted, scheduler="local")
+    >>> from ckptdash.events import RunStarted
+    >>> with EventWriter("runs/exp2", attempt=0) as w:
+    ...     _ = w.emit(RunStarted, scheduler="local")
     """
 
     def __init__(

@@ -38,6 +38,7 @@ from ckptdash.state import commands as cmd_
 from ckptdash.state import incidents as inc_
 from ckptdash.state import metric_points as state_metric_points
 from ckptdash.state import series as state_series
+from ckptdash.state import state_codec
 from ckptdash.state import streams as state_streams
 from ckptdash.state.records import (
     AlertRecord,
@@ -74,7 +75,7 @@ SaveOutcome = ckpt_.SaveOutcome
 # --- the state ---------------------------------------------------------------------------------
 
 
-class RunState:
+class RunState(state_codec.Snapshotting):
     """Everything known about one run, from replaying its records; see the module docstring.
 
     Read the public attributes; change the state only through the ``apply*``

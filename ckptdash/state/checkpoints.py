@@ -9,6 +9,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import os
+from collections.abc import Mapping
 from typing import Final, TypeAlias, cast
 
 from ckptdash import events as ev_
@@ -40,6 +41,17 @@ def checkpoint_order(c: CheckpointInfo) -> tuple[int, float, str]:
     """The key every list of checkpoints sorts by, oldest first: (step, time of the save, path),
     a checkpoint without a step or time before every one with."""
     return (-1 if c.step is None else c.step, c.t or 0.0, c.path)
+
+
+def kind(c: CheckpointInfo, by_path: Mapping[str, CheckpointInfo]) -> str:
+    """What ``c`` can do, in a word or two, for every view: ``resumes`` (model, optimizer and
+    loop state), ``artifact`` (weights only, an export), or ``= NAME`` (a link to or copy of
+    the recorded ``NAME``; ``= NAME (artifact)`` when that one is an artifact)."""
+    if c.same_as is not None:
+        target = by_path.get(c.same_as)
+        tail = " (artifact)" if target is not None and target.artifact else ""
+        return f"= {os.path.basename(c.same_as)}{tail}"
+    return "artifact" if c.artifact else "resumes"
 
 
 def norm(path: str) -> str:
@@ -144,6 +156,7 @@ def checkpoint_info(path: str, c: Checkpoint) -> CheckpointInfo:
         info.blocking_s = sv.duration_s if sv.blocking_s is None else sv.blocking_s
         info.monitored = sv.monitored
         info.written_at, info.unvalidated = sv.written_at, sv.unvalidated or ""
+        info.artifact, info.same_as = sv.artifact or "", sv.same_as
         i = bisect.bisect_right(c.starts, sv.t)  # its checkpoint_started, if it wrote one
         info.started_at = c.starts[i - 1] if i else sv.t - sv.duration_s
     elif c.starts:

@@ -94,6 +94,11 @@ class CheckpointInfo:
     """Where the CheckpointIO handed ``path`` really wrote it (what validation checks)."""
     unvalidated: str = ""
     """Why ckptdash could not check the files (a CheckpointIO writing where it cannot see)."""
+    artifact: str = ""
+    """Why it cannot resume training (weights only, an export, a model alone); "" when it
+    resumes training (model, optimizer and loop state)."""
+    same_as: str | None = None
+    """The checkpoint this path links to or copies (Lightning's ``last.ckpt``), or None."""
     attempt: int | None = None
     rank: int | None = None
     error: str = ""
@@ -101,6 +106,11 @@ class CheckpointInfo:
     replaced: int = 0
     earlier: tuple[SavedVersion, ...] = ()
     """Every earlier save of this path, oldest first (``replaced`` of them)."""
+
+    @property
+    def resumable(self) -> bool:
+        """Whether it resumes training (model, optimizer and loop state), not an artifact."""
+        return not self.artifact
 
 
 @dataclass(frozen=True)

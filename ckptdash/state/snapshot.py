@@ -8,8 +8,11 @@ when everything about it checks out (docs/format.md, "The snapshot"):
 
 * a regular file, never through a link, at most :data:`MAX_SNAPSHOT_BYTES`, in a
   ``snapshot/`` folder that is not a link;
-* owned by the run's owner (the owner of ``run.json``) and writable by nobody else: in a
-  group folder a peer cannot plant one, nor edit the owner's;
+* owned by the run's owner -- the owner of the run folder, never whoever owns ``run.json``
+  today (:func:`ckptdash.rundir.door.run_owner`) -- with one link and writable by nobody
+  else, in a ``snapshot/`` folder the owner owns and nobody else may write: in a group folder
+  a peer cannot plant one (not even beside a ``run.json`` copy of their own), nor edit the
+  owner's;
 * of this format, version, ckptdash version and state shape, for this run id, its body
   intact (its SHA-256 and length in the header line);
 * every event file it names still the same file: the same inode, no shorter than the offset,
@@ -36,10 +39,10 @@ from typing import Any, Final
 import msgspec
 
 from ckptdash.control.dirs import write_at
-from ckptdash.rundir import RunDir
+from ckptdash.rundir import RunDir, door
 from ckptdash.rundir.safe_read import O_CLOEXEC, O_DIRECTORY, open_dir, open_regular
 from ckptdash.state import RunState
-from ckptdash.state.state_codec import dump_state, fingerprint, restore_state
+from ckptdash.state.state_codec import decode_body, fingerprint
 from ckptdash.tail import Position, RunTailer
 
 SNAPSHOT_DIR: Final = "snapshot"
@@ -75,13 +78,8 @@ def snapshot_path(run: RunDir) -> str:
 
 
 def run_owner(run: RunDir) -> int | None:
-    """The uid that owns ``run.json`` (the run's owner), or None when it cannot be looked at."""
-    try:
-        fd, st = open_regular(run.run_file)
-    except OSError:
-        return None
-    os.close(fd)
-    return st.st_uid
+    """The run's owner: the uid owning the run folder (None when it cannot be looked at)."""
+    return door.run_owner(run.root)
 
 
 def _span_hash(fd: int, start: int, end: int) -> str:
@@ -182,7 +180,7 @@ def write(run: RunDir, state: RunState, tailer: RunTailer) -> str:
                 "files": files,
                 "cwd": os.getcwd(),
                 "checkpoint_dirs": state.checkpoint_dirs,
-                "state": dump_state(state),
+                "state": state.export(),
             }
         )
     except (OSError, ValueError) as exc:
@@ -216,6 +214,9 @@ def _write_at(run: RunDir, data: bytes) -> None:
     try:
         if os.fstat(folder).st_uid != os.geteuid():
             raise OSError(errno.EPERM, "snapshot/ belongs to another account; not written")
+        st = os.fstat(folder)
+        if door.others_can_write(st):  # an old run's: the owner's alone from now on
+            os.fchmod(folder, stat.S_IMODE(st.st_mode) & ~door.OTHERS_WRITE)
         # 0644 whatever the umask: readable by the group, never writable by it.
         write_at(folder, SNAPSHOT_FILE, data, mode=0o644, exact_mode=True)
     finally:
@@ -225,20 +226,18 @@ def _write_at(run: RunDir, data: bytes) -> None:
 # --- reading -----------------------------------------------------------------------------------
 
 
-def _read(run: RunDir) -> tuple[bytes, os.stat_result]:
+def _read(run: RunDir) -> tuple[bytes, os.stat_result, os.stat_result]:
+    """The snapshot's bytes, its ``fstat`` and its folder's, through the one door."""
     root = os.open(run.root, os.O_RDONLY | O_DIRECTORY | O_CLOEXEC)
     try:
         folder = open_dir(SNAPSHOT_DIR, dir_fd=root)
     finally:
         os.close(root)
     try:
-        fd, st = open_regular(SNAPSHOT_FILE, dir_fd=folder)
+        data, st = door.read_at(folder, SNAPSHOT_FILE, MAX_SNAPSHOT_BYTES, path=snapshot_path(run))
+        return data, st, os.fstat(folder)
     finally:
         os.close(folder)
-    with os.fdopen(fd, "rb") as f:
-        if st.st_size > MAX_SNAPSHOT_BYTES:
-            raise OSError(errno.EFBIG, f"{st.st_size} bytes, over {MAX_SNAPSHOT_BYTES}")
-        return f.read(MAX_SNAPSHOT_BYTES + 1), st
 
 
 def restore(run: RunDir, run_id: str) -> Opened:
@@ -247,14 +246,16 @@ def restore(run: RunDir, run_id: str) -> Opened:
     if not run_id:
         return Opened(None, None, "the run has no run.json")
     try:
-        data, st = _read(run)
+        data, st, folder = _read(run)
     except FileNotFoundError:
         return Opened(None, None, "no snapshot")
     except OSError as exc:
         return Opened(None, None, f"{snapshot_path(run)}: {exc.strerror or exc}")
     owner = run_owner(run)
-    if st.st_uid != owner or st.st_mode & 0o022 or not stat.S_ISREG(st.st_mode):
+    if st.st_uid != owner or st.st_mode & 0o022 or st.st_nlink != 1:
         return Opened(None, None, "the snapshot is not the run owner's alone (planted?)")
+    if folder.st_uid != owner or door.others_can_write(folder):
+        return Opened(None, None, f"{SNAPSHOT_DIR}/ is not the run owner's alone (planted?)")
     try:
         return _restore(run, run_id, data)
     except Exception as exc:  # a hostile body may provoke anything: replay instead
@@ -279,14 +280,12 @@ def _restore(run: RunDir, run_id: str, data: bytes) -> Opened:
         header.get("body_sha256") != hashlib.sha256(body).hexdigest()
     ):
         return Opened(None, None, "the snapshot's body is torn or corrupt")
-    doc = _decode.decode(body)
-    files = doc["files"]
-    if type(files) is not dict:
-        return Opened(None, None, "no file records")
-    if doc["cwd"] != os.getcwd():
+    doc = decode_body(body)  # every type checked: a body of another shape fails here
+    files = doc.files
+    if doc.cwd != os.getcwd():
         # A declared folder written relative was made absolute against the writer's cwd.
-        cwd = str(doc["cwd"]).rstrip(os.sep) + os.sep
-        if any(str(d).startswith(cwd) for d in doc["checkpoint_dirs"]):
+        cwd = doc.cwd.rstrip(os.sep) + os.sep
+        if any(d.startswith(cwd) for d in doc.checkpoint_dirs):
             return Opened(None, None, "written from another working directory")
     events_dir = str(run.events)
     positions = {}
@@ -301,7 +300,7 @@ def _restore(run: RunDir, run_id: str, data: bytes) -> Opened:
         positions[name] = Position(
             int(rec["offset"]), int(rec["lineno"]), int(rec["ino"]), int(rec["scanned"]), first
         )
-    state = restore_state(doc["state"], str(run.root), run_id)
+    state = RunState.restore(doc.state, str(run.root), run_id)
     tailer = RunTailer(run)
     tailer.resume(positions, run_id)
     return Opened(state, tailer, "", sum(p.offset + p.scanned for p in positions.values()))

@@ -4,8 +4,8 @@
 appended since the last :meth:`~RunTailer.poll`, up to the last newline: a
 half-written last line is never parsed; it is read again, whole, once its
 newline arrives. It also lists ``control/inbox|claimed|done`` and reports each
-command file when it first appears and whenever it moves. :class:`FolderTailer`
-(:mod:`ckptdash.tail.folder`) does the same for every run below a folder.
+command file when it first appears and whenever it moves. The runs below a folder are each
+followed by one, in the run set (:mod:`ckptdash.state.runset`).
 
 Nothing here raises on bad input: a line that does not decode comes back as a
 :class:`~ckptdash.events.BadLine`, a file that cannot be read as one too, and a
@@ -19,9 +19,9 @@ agree with it; event files idle for :data:`COLD_AFTER` polls are looked at once
 every :data:`COLD_EVERY` polls.
 
 >>> tailer = RunTailer("runs/exp1")          # doctest: +SKIP
->>> for batch in tailer.batches():           # a big log, in cache-sized pieces
-...     state.apply(batch)
->>> state.apply(tailer.poll())               # later: only what is new
+>>> for batch in tailer.batches():           # doctest: +SKIP
+...     state.apply(batch)                   # a big log, in cache-sized pieces
+>>> state.apply(tailer.poll())               # doctest: +SKIP
 """
 
 from __future__ import annotations

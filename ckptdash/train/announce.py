@@ -7,9 +7,9 @@ import sys
 from collections.abc import Mapping
 from typing import TextIO
 
+from ckptdash.schedulers.base import Scheduler
 from ckptdash.train import requeue
 from ckptdash.train.config import SignalAction, TrainConfig
-from ckptdash.train.scheduler import Scheduler
 from ckptdash.train.signals import SignalRecorder, signal_number
 
 

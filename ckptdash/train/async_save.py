@@ -41,6 +41,7 @@ from typing import Any
 
 from ckptdash.events import CheckpointFailed, CheckpointSaved, CheckpointStarted, Trigger
 from ckptdash.rundir import atomic_write
+from ckptdash.rundir.door import make_folders
 from ckptdash.rundir.writer import EventWriter
 from ckptdash.train.saving import record_save, torch_writer
 
@@ -59,7 +60,7 @@ class SaveHandle:
     """One asynchronous save: :meth:`done` says whether it ended, :meth:`result` waits for it.
 
     >>> handle = monitor.save_async(state)  # doctest: +SKIP
-    >>> handle.result()                     # the durable CheckpointSaved, or the save's error
+    >>> handle.result()                     # doctest: +SKIP
     """
 
     def __init__(self, path: str, trigger: Trigger, step: int | None) -> None:
@@ -68,6 +69,8 @@ class SaveHandle:
         self.step = step
         self.monitored: dict[str, float] | None = None
         """What a Lightning ModelCheckpoint monitored at this save (recorded with it)."""
+        self.artifact: str | None = None
+        """Why the save cannot resume training (recorded with it), None when it can."""
         self.blocking_s = 0.0
         """How long the caller was stalled: waiting for a free staging area, plus staging."""
         self._finished = threading.Event()
@@ -268,6 +271,7 @@ class AsyncSaver:
         on_saved: Callable[[CheckpointSaved], None] | None = None,
         fail_on_earlier: bool = False,
         monitored: dict[str, float] | None = None,
+        artifact: str | None = None,
     ) -> SaveHandle:
         """Stage ``state`` now, persist it to ``path`` in the background; returns at once.
 
@@ -285,6 +289,7 @@ class AsyncSaver:
         target = Path(os.path.abspath(path))
         handle = SaveHandle(str(target), trigger, step)
         handle.monitored = monitored
+        handle.artifact = artifact
         area = self._acquire()
         if fail_on_earlier:
             for failed in self.take_failures():
@@ -294,7 +299,7 @@ class AsyncSaver:
         try:
             if writer is not None:
                 writer.emit(CheckpointStarted, step=step, path=str(target), trigger=trigger)
-            target.parent.mkdir(parents=True, exist_ok=True)
+            make_folders(target.parent)
             staged = area.stage(state)
         except BaseException as exc:
             self._release(area)
@@ -406,6 +411,7 @@ class AsyncSaver:
                 began=began,
                 blocking_s=handle.blocking_s,
                 monitored=handle.monitored,
+                artifact=handle.artifact,
             )
         except BaseException as exc:  # handed to the caller through the handle
             error = exc

@@ -10,8 +10,8 @@ from typing import Final
 from ckptdash.events import RunStarted, decode_lines
 from ckptdash.rundir import RunDir
 from ckptdash.rundir.safe_read import open_regular
+from ckptdash.schedulers.base import Scheduler
 from ckptdash.tail import MAX_LINE_BYTES
-from ckptdash.train.scheduler import Scheduler
 
 _ATTEMPT_RE: Final = re.compile(r"^A(\d{4,})\.")
 _RANK0_RE: Final = re.compile(r"^A(\d{4,})\.R0000\.")

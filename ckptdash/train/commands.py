@@ -29,23 +29,30 @@ class Commands:
         # inbox after done/ is rejected, never applied twice.
         self.seen: set[str] = set()
         self._failures: set[tuple[str, str | None]] = set()
-        # Where the listing of the inbox stands: each check lists for a few ms at most.
+        # Where the listing of each inbox stands: each check lists for a few ms at most. The
+        # owner's inbox has its own listing, so whatever floods the group's inbox (a run that
+        # opted in to group steering) never delays the owner's commands past the next check.
         self._scan = control.InboxScan()
+        self._group_scan = control.InboxScan()
         self.waiting: list[control.Claimed] = []
         """Claimed commands waiting for the save that was decided for them (rank 0)."""
 
     def claim(self, step: int) -> list[control.Claimed]:
         """Claim the inbox: the commands to apply at the next save (each recorded as
         received); replayed, malformed and expired ones are answered at once."""
-        try:
-            # A file that cannot be claimed stays pending: an event says so, once.
-            claimed_now = control.claim(
-                self.run, on_problem=lambda r: self.failed(r, step), scan=self._scan
-            )
-        except (CkptDashError, OSError) as exc:
-            # The inbox being unusable must not end training: an event says why.
-            self.failed(f"cannot take commands: {exc}", step)
-            return []
+        claimed_now: list[control.Claimed] = []
+        for folder, scan in (("inbox", self._scan), ("group-inbox", self._group_scan)):
+            try:
+                # A file that cannot be claimed stays pending: an event says so, once.
+                claimed_now += control.claim(
+                    self.run,
+                    on_problem=lambda r: self.failed(r, step),
+                    scan=scan,
+                    folder=folder,
+                )
+            except (CkptDashError, OSError) as exc:
+                # The inbox being unusable must not end training: an event says why.
+                self.failed(f"cannot take commands: {exc}", step)
         accepted: list[control.Claimed] = []
         for claimed in claimed_now:
             if claimed.id in self.seen:

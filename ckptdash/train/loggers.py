@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from ckptdash.events import LoggerAttached, decode_lines
-from ckptdash.rundir import RunDir, atomic_write
+from ckptdash.rundir import RunDir, atomic_write, door
 
 ID_PREFIX: Final = "ckptdash-"
 """Derived versions and run ids read ``ckptdash-<run id>``: whose they are shows in any list."""
@@ -36,6 +36,10 @@ REPLACED: Final = "replaced"
 DROPPED: Final = "dropped"
 
 _KIND_MARK: Final = b'"kind":"logger_attached"'
+EVENT_FILE_CAP: Final = 1 << 32
+"""An event file larger than this is not scanned for logger records."""
+CSV_CAP: Final = 1 << 31
+"""A kept metrics CSV larger than this is not read back."""
 
 
 def derived_id(run_id: str) -> str:
@@ -63,8 +67,8 @@ def recorded_loggers(run: RunDir) -> dict[str, LoggerAttached]:
     run_id = run.info().run_id
     newest: dict[str, LoggerAttached] = {}
     for path in run.event_files():
-        try:
-            data = path.read_bytes()
+        try:  # never a FIFO, a device or a link: the one door (ckptdash.rundir.door)
+            data = door.read_path(path, EVENT_FILE_CAP)
         except OSError:
             continue
         if _KIND_MARK not in data:
@@ -205,9 +209,8 @@ def truncate_csv(
     atomically; returns its header, or None when there is no file. A row whose step cannot
     be read is kept."""
     source = Path(path)
-    try:
-        with source.open(newline="") as f:
-            text = f.read()
+    try:  # the owner's own regular file, one link, never through a link or a FIFO
+        text = door.read_path(source, CSV_CAP, own=True).decode(errors="replace")
     except FileNotFoundError:
         return None
     reader = csv.DictReader(io.StringIO(text, newline=""))

@@ -27,15 +27,16 @@ from typing import Any
 from ckptdash.errors import CkptDashError, SaveError
 from ckptdash.events import CheckpointRemoved, CheckpointSaved, CheckpointStarted, Trigger
 from ckptdash.resume import ResumeChoice
+from ckptdash.schedulers.base import Scheduler
 from ckptdash.train import dist, publish, submitit_job
+from ckptdash.train.artifacts import artifact_of
 from ckptdash.train.async_save import AsyncSaver, SaveHandle
 from ckptdash.train.config import TrainConfig
 from ckptdash.train.decision import Decision
 from ckptdash.train.excepthook import ExceptHook
 from ckptdash.train.logger_runs import LoggerRuns
-from ckptdash.train.misfit import MISFIT_ERRORS, misfit_message
+from ckptdash.train.misfit import MISFIT_ERRORS, misfit_message, older_resumable
 from ckptdash.train.saving import META_KEY, durable_existing, record_save, save_atomic
-from ckptdash.train.scheduler import Scheduler
 from ckptdash.train.session import SIGNAL_STOPS, Session
 
 
@@ -186,6 +187,7 @@ class Monitor:
         *,
         trigger: Trigger | None = None,
         all_ranks: bool = False,
+        resumable: bool | None = None,
     ) -> CheckpointSaved | None:
         """Save ``state`` atomically with ``torch.save`` and record it.
 
@@ -193,11 +195,13 @@ class Monitor:
         ``api``. ``path`` defaults to ``checkpoints/step=N.ckpt`` in the run
         directory. A dict ``state`` gets a ``ckptdash`` key with trigger,
         attempt, scheduler and job id. Only rank 0 writes unless ``all_ranks``.
+        ``resumable=False``: an artifact, never resumed from (:mod:`ckptdash.train.artifacts`).
         """
         if self._saver is not None:
             self._saver.wait()  # after the background saves: a path's newest save wins
         session = self.session
-        decision = session.decision
+        artifact = artifact_of(state, resumable)
+        decision = session.decision if artifact is None else None  # an artifact answers none
         trig: Trigger = trigger or (decision.trigger if decision else "api")
         target = Path(path) if path else self.config.checkpoint_path / f"step={session.step}.ckpt"
         if isinstance(state, dict):
@@ -213,6 +217,7 @@ class Monitor:
                     trigger=trig,
                     step=session.step,
                     epoch=session.epoch,
+                    artifact=artifact,
                 )
             except BaseException as exc:
                 if decision is not None:
@@ -229,6 +234,7 @@ class Monitor:
         *,
         trigger: Trigger | None = None,
         all_ranks: bool = False,
+        resumable: bool | None = None,
     ) -> SaveHandle:
         """Like :meth:`save`, but training stalls only while ``state`` is copied to memory.
 
@@ -247,7 +253,8 @@ class Monitor:
         >>> handle = monitor.save_async({"model": model.state_dict()})  # doctest: +SKIP
         """
         session = self.session
-        decision = session.decision
+        artifact = artifact_of(state, resumable)
+        decision = session.decision if artifact is None else None  # an artifact answers none
         trig: Trigger = trigger or (decision.trigger if decision else "api")
         target = Path(path) if path else self.config.checkpoint_path / f"step={session.step}.ckpt"
         if decision is not None and (trigger is None or trigger == decision.trigger):
@@ -271,6 +278,7 @@ class Monitor:
             trigger=trig,
             step=session.step,
             epoch=session.epoch,
+            artifact=artifact,
         )
 
     def wait_saves(self, timeout: float | None = None) -> None:
@@ -323,6 +331,7 @@ class Monitor:
         *,
         trigger: Trigger | None = None,
         step: int | None = None,
+        resumable: bool | str = True,
     ) -> CheckpointSaved | None:
         """Record a file or directory checkpoint that other code already wrote in place.
 
@@ -331,7 +340,7 @@ class Monitor:
         every file and, for a directory, writes its manifest; then ``checkpoint_saved``.
         The folder holding ``path`` is declared as one of the run's checkpoint folders.
         ``step`` defaults to the last one given to :meth:`step`. A pending decision is
-        answered as by :meth:`save`.
+        answered as by :meth:`save`. ``resumable``: False (or why not) for an artifact.
         """
         session = self.session
         if step is not None:
@@ -342,6 +351,7 @@ class Monitor:
         dist.agree_max([0])  # a barrier: every rank's files are written
         saved = None
         error: str | None = None
+        artifact = resumable if isinstance(resumable, str) else artifact_of(None, resumable)
         if session.rank == 0:
             try:
                 saved = record_save(
@@ -352,6 +362,7 @@ class Monitor:
                     epoch=session.epoch,
                     write=lambda: durable_existing(target),
                     announce=target not in self._announced,
+                    artifact=artifact,
                 )
             except Exception as exc:
                 error = f"{type(exc).__name__}: {exc}"
@@ -439,7 +450,8 @@ class Monitor:
         at_load = error is not None and self._loaded is not None
         if at_load and isinstance(error, MISFIT_ERRORS) and not isinstance(error, CkptDashError):
             assert self._loaded is not None
-            failure = misfit_message(self.config.run_dir, self._loaded, error)
+            older = older_resumable(self.config.run_dir, self._loaded)
+            failure = misfit_message(self.config.run_dir, self._loaded, error, older=older)
             add_note = getattr(error, "add_note", None)  # Python 3.11+
             if add_note is not None:
                 add_note(f"ckptdash: {failure}")

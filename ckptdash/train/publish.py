@@ -24,6 +24,7 @@ from pathlib import Path
 from ckptdash.errors import SaveError
 from ckptdash.events import CheckpointFailed, CheckpointSaved, CheckpointStarted, Trigger
 from ckptdash.rundir import fsync_dir, manifest, temp_path_for
+from ckptdash.rundir.door import make_folders
 from ckptdash.train import dist
 from ckptdash.train.session import Session
 
@@ -45,7 +46,7 @@ def begin(session: Session, target: str | os.PathLike[str], trigger: Trigger) ->
     final = Path(os.path.abspath(target))
     temp = None
     if session.rank == 0:
-        final.parent.mkdir(parents=True, exist_ok=True)
+        make_folders(final.parent)
         temp = temp_path_for(final)
         session.writer.emit(CheckpointStarted, step=session.step, path=str(final), trigger=trigger)
     temp = dist.broadcast_object(temp)

@@ -16,9 +16,9 @@ from ckptdash import control
 from ckptdash.events import RequeueIssued, RequeueSkipped
 from ckptdash.rundir import RunDir
 from ckptdash.rundir.writer import EventWriter
+from ckptdash.schedulers.base import Scheduler
 from ckptdash.train.config import TrainConfig
 from ckptdash.train.decision import REQUEUE
-from ckptdash.train.scheduler import Scheduler
 
 
 def requeue(
@@ -29,22 +29,30 @@ def requeue(
     *,
     attempt: int,
     step: int,
-) -> None:
-    """Requeue the job unless the policy refuses; record which (rank 0)."""
+) -> bool:
+    """Requeue the job unless the policy refuses; record which (rank 0). Returns True when the
+    scheduler said the job is being cancelled (Grid Engine's ``qdel`` sends the same signal as
+    a reschedule): saved, not requeued, and the attempt ends as terminated."""
+    cancelled = scheduler.cancelled()
+    if cancelled:
+        writer.emit(RequeueSkipped, step=step, reason=f"{cancelled}: saved, not requeued")
+        return True
     reason = refusal(config, run, scheduler, attempt=attempt)
     if reason is not None:
         writer.emit(RequeueSkipped, step=step, reason=reason)
-        return
+        return False
     result = scheduler.requeue()
     if result.ok:
         writer.emit(RequeueIssued, step=step, job_id=scheduler.job_id, command=result.command)
     else:
+        # The output stays in the event: a refusal that exits 0 (qmod -rj) says why here.
         writer.emit(
             RequeueSkipped,
             step=step,
             reason=f"requeue command failed (`{result.command}` exit {result.returncode}):"
-            f" {result.output}",
+            f" {result.output or 'no output'}",
         )
+    return False
 
 
 def refusal(config: TrainConfig, run: RunDir, scheduler: Scheduler, *, attempt: int) -> str | None:

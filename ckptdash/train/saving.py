@@ -18,6 +18,7 @@ from typing import IO, Any
 from ckptdash.errors import EventWriteError
 from ckptdash.events import CheckpointFailed, CheckpointSaved, CheckpointStarted, Trigger
 from ckptdash.rundir import atomic_write, fsync_dir, manifest
+from ckptdash.rundir.door import fsync_saved, make_folders
 from ckptdash.rundir.hashing import checksum_file
 from ckptdash.rundir.writer import EventWriter
 
@@ -57,12 +58,15 @@ def record_save(
     began: float | None = None,
     blocking_s: float | None = None,
     monitored: dict[str, float] | None = None,
+    artifact: str | None = None,
 ) -> CheckpointSaved | None:
     """Run ``write`` (returns size and checksum, or a :class:`Written`) between a started and
     a saved/failed event.
 
     ``announce=False``: the ``checkpoint_started`` was already written (before the other
     code began writing, so that a kill during the write is known to the next attempt).
+    ``artifact``: why the checkpoint cannot resume training (weights only, an export), None
+    when it can (recorded as the event's ``artifact``).
     An asynchronous save (:mod:`ckptdash.train.async_save`) announced itself when it was
     staged, passes that moment as ``began`` (a ``perf_counter`` reading, so
     ``duration_s`` runs from the call to durable) and its stall as ``blocking_s``.
@@ -110,6 +114,7 @@ def record_save(
         epoch=epoch,
         **({} if blocking_s is None else {"blocking_s": blocking_s}),
         **({} if not monitored else {"monitored": monitored}),
+        **({} if not artifact else {"artifact": artifact}),
         **where,
     )
     assert isinstance(event, CheckpointSaved)
@@ -125,17 +130,25 @@ def save_atomic(
     step: int | None,
     epoch: int | None = None,
     monitored: dict[str, float] | None = None,
+    artifact: str | None = None,
 ) -> CheckpointSaved | None:
     """``torch.save(obj, path)`` atomically, with the checksum computed while writing."""
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    make_folders(target.parent)
 
     def write() -> tuple[int, str]:
         result = atomic_write(target, torch_writer(obj))
         return result.size_bytes, result.checksum
 
     return record_save(
-        writer, target, trigger=trigger, step=step, epoch=epoch, write=write, monitored=monitored
+        writer,
+        target,
+        trigger=trigger,
+        step=step,
+        epoch=epoch,
+        write=write,
+        monitored=monitored,
+        artifact=artifact,
     )
 
 
@@ -149,19 +162,9 @@ def durable_existing(path: str | os.PathLike[str]) -> tuple[int, str]:
     p = Path(path)
     if p.is_dir():
         return manifest.write(p)
-    _fsync_file(p)
+    fsync_saved(p)
     fsync_dir(p.parent)
     return checksum_file(p)
-
-
-def _fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass  # read-only descriptors cannot fsync on some filesystems; the data is written
-    finally:
-        os.close(fd)
 
 
 def _describe(exc: BaseException) -> str:

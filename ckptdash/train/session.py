@@ -12,9 +12,8 @@ check happens about every ``agree_interval_s`` — it:
    so every rank saves the same step even if only one rank got the signal;
 4. returns a :class:`Decision`: save with which trigger, then requeue or stop.
 
-The caller saves; :meth:`Session.after_save` answers the commands with the
-checkpoint path and runs the requeue policy (read fresh from the run
-directory's settings at that moment, so a click just before preemption counts).
+The caller saves; :meth:`Session.after_save` answers the commands with the checkpoint path and
+runs the requeue policy (read fresh from the settings then: a click just before preemption counts).
 """
 
 from __future__ import annotations
@@ -23,7 +22,7 @@ import os
 import socket
 import time
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any, Final
 
 from ckptdash import control
@@ -42,21 +41,22 @@ from ckptdash.events import (
     SignalReceived,
 )
 from ckptdash.resume import ResumeChoice
-from ckptdash.rundir import RunDir
+from ckptdash.rundir import RunDir, door
 from ckptdash.rundir.writer import EventWriter
-from ckptdash.train import agent, anomaly, crash_loop, dist, requeue, resuming
+from ckptdash.schedulers import detect
+from ckptdash.schedulers.base import Scheduler
+from ckptdash.train import anomaly, crash_loop, dist, requeue, resuming
 from ckptdash.train.announce import announce_stream, announcement
 from ckptdash.train.attempts import attempt_number
 from ckptdash.train.cadence import Cadence
 from ckptdash.train.commands import Commands
 from ckptdash.train.config import SignalAction, TrainConfig
-from ckptdash.train.decision import ACTION_CODE, REQUEUE, Decision, Pending, decide
+from ckptdash.train.decision import ACTION_CODE, Decision, Pending, decide
 from ckptdash.train.fresh import consume_fresh_request, fresh_start
 from ckptdash.train.guard import Claimant, RunGuard, refuse_to_start
+from ckptdash.train.intake import SignalIntake
 from ckptdash.train.pulse import Pulser
 from ckptdash.train.recovery import recover
-from ckptdash.train.scheduler import Scheduler, detect
-from ckptdash.train.signals import SignalRecorder
 
 SIGNAL_STOPS: list[str] = []
 """Why each signal stop in this process stopped training (``preempted``, ``terminated``): a
@@ -88,6 +88,7 @@ class Session:
         if world_size is None:
             dist.check_initialised(self.world_size)
         self.host = socket.gethostname()
+        door.secure_attempt(self.run.root, say=self.rank == 0)  # the owner's alone, or refused
         self.attempt = dist.broadcast_int(
             attempt_number(self.run, self.scheduler) if self.rank == 0 else 0
         )
@@ -95,14 +96,9 @@ class Session:
         self._writer: EventWriter | None = None
         if self.rank == 0:
             self._writer = EventWriter(self.run, attempt=self.attempt, rank=0, host=self.host)
-        self.signals = SignalRecorder(list(config.signals))
-        launcher = agent.detect()
-        self._agent_watch = agent.AgentWatch(launcher) if launcher is not None else None
-        """Notices this rank's launcher agent (torchrun) exiting: see ckptdash.train.agent."""
-        self._actions = {
-            n.upper() if n.upper().startswith("SIG") else "SIG" + n.upper(): a
-            for n, a in config.signals.items()
-        }
+        self._intake = SignalIntake(self.scheduler.signals, config.signals)
+        self._actions = self._intake.actions
+        self.signals = self._intake.recorder
         self.step = 0
         self.epoch: int | None = None
         # The one pending decision, read by Monitor and the Lightning callback alike.
@@ -227,17 +223,13 @@ class Session:
     def also_handle(self, name: str, action: SignalAction) -> None:
         """Handle signal ``name`` with ``action`` too (before the handlers are installed), e.g.
         the requeue signal another library set up (Lightning's SLURM auto-requeue)."""
-        key = "SIG" + name.upper().removeprefix("SIG")
-        if key not in self._actions:
-            self._actions[key] = action
-            self.signals.add(key)
+        self._intake.add(name, action)
 
     def announce_signals(self) -> str:
         """Say on stderr (rank 0; stdout in a notebook), in one line, what each signal will do;
         returns the line."""
         line = announcement(self._actions, self.config, self.scheduler, self.signals)
-        if self._agent_watch is not None:
-            line += "; " + agent.plan(self._agent_watch.agent, self._actions)
+        line += self._intake.agent_plan()
         if self.rank == 0:
             print(line, file=announce_stream(), flush=True)
         return line
@@ -262,15 +254,16 @@ class Session:
         training (the outcome is already in the log, so the command is not applied again)."""
         self.commands.complete(claimed, self.step)
 
-    def choose_resume(self) -> ResumeChoice:
-        """Apply the resume rule on rank 0, tell every rank, and record the choice and skips."""
+    def choose_resume(self, exclude: Collection[str] = ()) -> ResumeChoice:
+        """The resume rule on rank 0 (less ``exclude``), told to every rank, skips recorded."""
         lead = self.writer if self.rank == 0 else None
-        return resuming.choose(self.run, lead, validate=self.config.validate)
+        return resuming.choose(self.run, lead, validate=self.config.validate, exclude=exclude)
 
-    def check_given(self, path: str) -> str:
+    def check_given(self, path: str) -> tuple[str, str]:
         """Validate a checkpoint the user chose to resume from (rank 0 judges, every rank gets
-        the answer): the ``run_resumed`` reason, or :class:`~ckptdash.errors.CheckpointChoiceError`
-        on every rank after recording why as ``checkpoint_invalid``."""
+        the answer): the file to load (``path``, or the checkpoint a link points at) and the
+        ``run_resumed`` reason, or :class:`~ckptdash.errors.CheckpointChoiceError` on every
+        rank after recording why as ``checkpoint_invalid``."""
         lead = self.writer if self.rank == 0 else None
         return resuming.check_given(self.run, lead, path, validate=self.config.validate)
 
@@ -324,6 +317,7 @@ class Session:
         if self._writer is not None:
             # Stays open: a user's trainer.save_checkpoint() after fit() is still recorded.
             self._writer.sync()
+            self.scheduler.settle_requeue()  # rank 0: Grid Engine's rerun needs its own kill
 
     def _requeue_if_asked_since_terminating(self) -> None:
         """A terminate signal followed by a requeue signal before the attempt ends is one
@@ -331,21 +325,21 @@ class Session:
         one save. Every rank waits; rank 0 requeues."""
         if self.stop_reason != "terminated" or not self.scheduler.can_requeue:
             return
-        if all(ACTION_CODE[a] < REQUEUE for a in self._actions.values()):
+        if not self._intake.may_requeue:
             return
         if not requeue.late_requeue_signal(self._late_signal_code, LATE_REQUEUE_WINDOW_S):
             return
-        if self.rank == 0:
-            self._requeue()
-        self.stop_reason = "preempted"
+        cancelled = self.rank == 0 and self._requeue()
+        self.stop_reason = "terminated" if cancelled else "preempted"
 
     def _late_signal_code(self) -> int:
         self._take_signals()
         return self._pending.signal_code
 
-    def _requeue(self) -> None:
-        """Requeue the job unless the policy refuses; record which (rank 0)."""
-        requeue.requeue(
+    def _requeue(self) -> bool:
+        """Requeue the job unless the policy refuses; record which (rank 0). True: the
+        scheduler is cancelling the job instead (saved, not requeued)."""
+        return requeue.requeue(
             self.writer,
             self.config,
             self.run,
@@ -445,19 +439,12 @@ class Session:
         self._take_signals()
 
     def _take_signals(self) -> None:
-        for received in self.signals.take():
-            action = self._actions.get(received.name, "ignore")
-            self._pending.signal_code = max(self._pending.signal_code, ACTION_CODE[action])
+        for got in self._intake.take():  # signals, and a launcher agent gone
+            self._pending.signal_code = max(self._pending.signal_code, ACTION_CODE[got.action])
             # Every rank records what it received (non-zero ranks in their own file):
             # the dashboard shows which ranks got the signal.
             self.writer.emit(
-                SignalReceived, t=received.t, step=self.step, signal=received.name, action=action
-            )
-        if self._agent_watch is not None and self._agent_watch.exited_now():
-            action = agent.action_on_exit(self._actions)
-            self._pending.signal_code = max(self._pending.signal_code, ACTION_CODE[action])
-            self.writer.emit(
-                SignalReceived, step=self.step, signal=agent.AGENT_EXITED, action=action
+                SignalReceived, t=got.t, step=self.step, signal=got.name, action=got.action
             )
 
     def _take_commands(self) -> None:
@@ -497,10 +484,9 @@ class Session:
         self.commands.answer_waiting(self.step, CommandApplied, detail=where)
         if decision is None:
             return
-        if decision.requeue and self.rank == 0:
-            self._requeue()
+        cancelled = decision.requeue and self.rank == 0 and self._requeue()
         if decision.stop:
-            self.stop_reason = decision.reason
+            self.stop_reason = "terminated" if cancelled else decision.reason
             if decision.trigger == "signal":
                 SIGNAL_STOPS.append(decision.reason)
 

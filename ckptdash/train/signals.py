@@ -4,6 +4,13 @@ A handler that saved a checkpoint would run in the middle of a training step
 (Lightning's SLURM handler does exactly that, and the resumed run repeats the
 step). Ours appends ``(signal name, time)`` to a list and returns; the session
 engine reads the list at a step boundary, where the model is consistent.
+
+Once the attempt has ended, a signal must not change how it ended: SLURM's
+``--signal=B:USR2@120`` may land while Lightning tears down after ``run_finished``, and USR2's
+default action would end the completed process by signal (SLURM: FAILED). So a signal that
+does not ask the process to end (not in :data:`ENDING`) and had no handler before ours is,
+from then until the process exits, recorded and otherwise ignored
+(:meth:`SignalRecorder.hold_late`); a SIGTERM or SIGINT still gets its old action back.
 """
 
 from __future__ import annotations
@@ -14,7 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import FrameType
-from typing import Any
+from typing import Any, Final
 
 Handler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
 
@@ -23,6 +30,11 @@ Handler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
 # SLURM requeue handler saves mid-step and requeues behind ckptdash's back, and submitit's
 # requeues and exits inside the handler (no save, the attempt "failed (SystemExit)").
 _TAKEN_OVER_MODULES = ("lightning.", "pytorch_lightning.", "lightning_fabric.", "submitit.")
+ENDING: Final = frozenset(
+    {signal.SIGTERM, signal.SIGINT, signal.SIGHUP, getattr(signal, "SIGQUIT", signal.SIGTERM)}
+)
+"""Signals that ask the process to end: when the attempt is over their action before ours is
+put back (a ``kill`` of a process that goes on after training still ends it)."""
 _OWNER_NAMES = {"lightning": "Lightning", "pytorch_lightning": "Lightning", "submitit": "submitit"}
 
 
@@ -60,8 +72,9 @@ class SignalRecorder:
     """Installs record-only handlers for some signals and restores the old ones on uninstall.
 
     Handlers installed before ours are chained (called after we record), except
-    Lightning's own connector, which ckptdash replaces while it is installed.
-    Usable as a context manager.
+    Lightning's own connector, which ckptdash replaces while it is installed. On uninstall a
+    signal that had no handler and is not in :data:`ENDING` keeps a record-only, ignoring
+    one (see the module's docstring). Usable as a context manager.
     """
 
     def __init__(self, names: list[str] | tuple[str, ...], *, chain: bool = True) -> None:
@@ -81,16 +94,30 @@ class SignalRecorder:
         if threading.current_thread() is not threading.main_thread():
             return False
         for signum in self.numbers:
-            self._previous[signum] = signal.getsignal(signum)
+            current = signal.getsignal(signum)
+            # Our own late holder is no one else's handler: nothing to chain or put back.
+            self._previous[signum] = signal.SIG_DFL if current == self._record else current
             signal.signal(signum, self._handle)
         return True
 
     def uninstall(self) -> None:
-        """Put back whatever was installed before."""
+        """Put back whatever was installed before (a default action of a signal that does not
+        ask the process to end stays held: :meth:`hold_late`)."""
         for signum, previous in self._previous.items():
             if signal.getsignal(signum) == self._handle:
                 signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
         self._previous.clear()
+        self.hold_late()
+
+    def hold_late(self) -> None:
+        """Until the process exits, record and otherwise ignore each of this recorder's signals
+        that is not in :data:`ENDING` and has its default action now (off the main thread:
+        nothing). A framework that restores the handlers it found restores this one."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for signum in self.numbers:
+            if signum not in ENDING and signal.getsignal(signum) in (signal.SIG_DFL, None):
+                signal.signal(signum, self._record)
 
     def add(self, name: str) -> None:
         """Handle ``name`` too (before :meth:`install`)."""
@@ -114,9 +141,12 @@ class SignalRecorder:
         del self.received[: len(taken)]
         return taken
 
-    def _handle(self, signum: int, frame: FrameType | None) -> None:
+    def _record(self, signum: int, frame: FrameType | None) -> None:
         # Record and return: list.append is atomic under the GIL and allocation-light.
         self.received.append(ReceivedSignal(signal_name(signum), time.time()))
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        self._record(signum, frame)
         if self.on_receive is not None:
             self.on_receive()
         previous = self._previous.get(signum)

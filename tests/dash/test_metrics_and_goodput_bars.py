@@ -154,3 +154,29 @@ def test_choosing_on_the_plot_pins_through_the_controls(
         wait_until(lambda: control.read_settings(root).resume_pin == "/ck/100", what="the pin")
     finally:
         d.close()
+
+
+def test_artifacts_are_marked_in_the_table_and_never_offered_on_the_plot() -> None:
+    """A weights-only save (``artifact``) and a link to a save (``same_as``): the checkpoint
+    table's ``kind`` column tells them from checkpoints that resume, the plot draws neither
+    for clicking, a click near them chooses the nearest checkpoint that resumes, and they
+    are no pin target."""
+    state = RunState("/r", "r1")
+    weights = "weights only (save_weights_only=True): no optimizer or callback state"
+    state.apply_events(
+        [
+            *losses(),
+            saved(215, "/ck/best-210", 210, artifact=weights),
+            saved(216, "/ck/last", 200, same_as="/ck/200"),
+        ]
+    )
+    snap = Scenario(state=state).snapshot()
+    frame = checkpoint_frame(snap).set_index("path")
+    assert list(frame.loc[["/ck/200", "/ck/best-210", "/ck/last"], "kind"]) == [
+        "resumes",
+        "artifact",
+        "= 200",
+    ]
+    assert sorted(metrics_data(snap, "loss")["saves"]["path"]) == ["/ck/100", "/ck/200"]
+    assert choose(snap, 210).path == "/ck/200"  # type: ignore[union-attr]
+    assert snap.valid_paths() == {"/ck/100", "/ck/200", "/ck/last"}

@@ -23,9 +23,9 @@ from ckptdash.dash.app import Dashboard, DashOptions
 from ckptdash.dash.feed.hub import FollowerHub
 from ckptdash.dash.feed.snapshot import SnapshotBuilder
 from ckptdash.dash.model import DashModel
-from ckptdash.dash.views import slurm as scheduler
+from ckptdash.dash.views import scheduler
 from ckptdash.dash.views.controls import ControlActions, Controls
-from ckptdash.dash.views.slurm import UNAVAILABLE, SchedulerPanel
+from ckptdash.dash.views.scheduler import UNAVAILABLE, SchedulerPanel
 from ckptdash.rundir import RunDir
 from ckptdash.rundir.writer import EventWriter
 from ckptdash.state import RunState
@@ -421,5 +421,5 @@ def test_buttons_refuse_another_users_job_and_say_why(
     p.click(p.panel.confirm_cancel_button)
     wait_until(lambda: not p.panel._clicked, timeout=5, what="the cancel click handled")
     p.click(p.controls.requeue_button)
-    _said(p, wait_until, "auto-requeue suspended; Requeue not changed: slurm job 77 belongs")
+    _said(p, wait_until, "auto-requeue suspended; slurm job 77 belongs")
     assert [c for c in runner.calls if c[:3] != ["scontrol", "show", "job"]] == []

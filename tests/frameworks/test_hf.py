@@ -212,3 +212,29 @@ def test_a_kill_during_the_trainers_save_is_an_interrupted_save(tmp_path: Path) 
     ]
     assert [Path(e.path).name for e in interrupted] == ["checkpoint-4"]
     assert load_state(run).checkpoints[str(out / "checkpoint-4")].status == "saved"  # saved again
+
+
+def test_save_only_model_checkpoints_are_artifacts_never_resumed(tmp_path: Path) -> None:
+    """HF cannot resume a ``save_only_model=True`` checkpoint: each checkpoint-N (periodic,
+    and the save a SIGUSR2 asked for) is recorded as an artifact, the rule passes them over
+    and says so, and the next train() starts fresh instead of failing to load one."""
+    from ckptdash.hf import SAVE_ONLY_MODEL
+
+    run, out = tmp_path / "run", tmp_path / "out"
+    poke = AtStep(3, lambda: os.kill(os.getpid(), signal.SIGUSR2))
+    t = trainer(
+        out, steps=8, callbacks=[poke, CkptDashCallback(run, **FAST)], save_steps=2,
+        save_only_model=True,
+    )  # fmt: skip
+    with pytest.warns(RuntimeWarning, match=r"save_only_model=True\): HF cannot resume"):
+        t.train()
+    saved = {Path(p).name: c for p, c in load_state(run).checkpoints.items()}
+    assert set(saved) == {"checkpoint-2", "checkpoint-3"}
+    assert {c.artifact for c in saved.values()} == {SAVE_ONLY_MODEL}
+    assert saved["checkpoint-3"].trigger == "signal"
+    choice = ckptdash.choose_resume(run)
+    assert choice.path is None and "passed over checkpoint-3" in choice.reason
+
+    t2 = trainer(out, steps=2, callbacks=[CkptDashCallback(run, **FAST)], save_only_model=True)
+    t2.train(resume_from_checkpoint=ckptdash.resume_path(run))
+    assert t2.state.global_step == 2

@@ -45,10 +45,10 @@ from ckptdash.events import (
 )
 from ckptdash.resume import choose_resume
 from ckptdash.rundir import TEMP_PREFIX, RunDir
+from ckptdash.schedulers.base import Scheduler
 from ckptdash.state import RunState
 from ckptdash.tail import RunTailer
 from ckptdash.train.config import TrainConfig
-from ckptdash.train.scheduler import Scheduler
 from ckptdash.train.session import Session
 from tests.reliability.conftest import FUZZED, LONG
 

@@ -30,8 +30,8 @@ from ckptdash.events import (
 )
 from ckptdash.rundir import RunDir
 from ckptdash.rundir.writer import EventWriter
+from ckptdash.schedulers.slurm import SlurmScheduler
 from ckptdash.train.guard import RunGuard
-from ckptdash.train.scheduler import SlurmScheduler
 from ckptdash.train.session import Session
 from tests.reliability import faults
 from tests.reliability.conftest import scale

@@ -27,9 +27,9 @@ from ckptdash.events import BadLine, decode_command, decode_line
 from ckptdash.humanize import short_id
 from ckptdash.rundir import RunDir
 from ckptdash.rundir.manifest import MANIFEST_NAME
+from ckptdash.schedulers.base import Scheduler
 from ckptdash.state.reading import load_state
 from ckptdash.train.attempts import attempt_number
-from ckptdash.train.scheduler import Scheduler
 
 ROOT = Path(__file__).resolve().parents[2]
 DEEP = b"[" * 5000 + b"]" * 5000

@@ -86,14 +86,19 @@ def run_dir(accounts: tuple[Account, Account]) -> Iterator[Path]:
 def test_a_snapshot_a_peer_planted_is_ignored(
     accounts: tuple[Account, Account], run_dir: Path
 ) -> None:
-    """The owner's reader wrote RUN/snapshot/state-v1.json; a peer of the group replaces it
-    (snapshot/ is group-writable under umask 002) with a forged one whose hash checks out. The
-    owner's next reader refuses it (not the run owner's) and answers as a full replay."""
+    """The owner's reader wrote RUN/snapshot/state-v1.json in a snapshot/ only the owner may
+    write; in an old run's group-writable snapshot/ a peer replaces it with a forged one whose
+    hash checks out. The owner's next reader refuses it (not the run owner's), answers as a
+    full replay, and leaves its own snapshot in a folder closed to the group again."""
     owner, peer = accounts
     wrote = python_as(owner, OWNER_WRITES, str(run_dir))
     assert wrote.returncode == 0, wrote.stderr[-3000:]
     snap = run_dir / "snapshot" / "state-v1.json"
     assert snap.stat().st_uid == owner.uid
+    assert not os.stat(snap.parent).st_mode & 0o022  # the owner's alone since issue 35
+    # A run from before: snapshot/ group-writable (umask 002), so the peer can replace files.
+    reopened = python_as(owner, "import os, sys; os.chmod(sys.argv[1], 0o2775)", str(snap.parent))
+    assert reopened.returncode == 0, reopened.stderr
     forged = python_as(peer, PEER_FORGES, str(run_dir))
     assert forged.returncode == 0, forged.stderr[-3000:]
     assert int(forged.stdout.split()[-1]) == peer.uid
@@ -103,6 +108,7 @@ def test_a_snapshot_a_peer_planted_is_ignored(
     assert "owner" in out["why_not"] and out["same"] and out["events_total"] == 602, out
     # The owner's reader replaced the peer's file with its own.
     assert snap.stat().st_uid == owner.uid
+    assert not os.stat(snap.parent).st_mode & 0o022
 
 
 def test_a_peer_reading_the_run_writes_no_snapshot(

@@ -22,6 +22,7 @@ pytestmark = [pytest.mark.slurm, pytest.mark.timeout(600)]
 
 LONG = 4000  # x 30 ms: two minutes, far longer than the scenario: a control ends it
 FAST_STEPS = 1000  # 30 s paused in the signalled attempt, seconds unpaused after the requeue
+HOLD_AT = 100  # the step a signalled attempt waits in until the test's signal is in
 
 
 def _events(run: Path, kind: str, attempt: int | None = None) -> list[Any]:
@@ -90,8 +91,11 @@ def test_suspend_from_control_channel_saves_and_ends_without_requeue(
 
 def drive_suspend_then_resume(s: Scenario) -> dict[str, Any]:
     run = s.root / "run"
-    # Paused steps while it waits for the signal; the attempt after the requeue runs unpaused.
-    job = s.lightning(run, "--requeue", max_steps=FAST_STEPS, fast_from_attempt=1)
+    # Attempt 0 stops in step HOLD_AT until the signal is in, so it cannot reach max_steps
+    # first however slow the CLI calls are; the attempt after the requeue runs unpaused.
+    job = s.lightning(
+        run, "--requeue", max_steps=FAST_STEPS, fast_from_attempt=1, hold_at_step=HOLD_AT
+    )
     s.wait_training(job, 0)
     r: dict[str, Any] = {"job": job.job_id}
     s.cluster.ckptdash("requeue", str(run), "--suspend")
@@ -119,7 +123,7 @@ def test_resume_after_suspend_restores_requeue_for_the_next_signal(scenarios: Sc
     assert r["end"]["Restarts"] == "1"
     status = r["status"]
     assert [(q["attempt"], q["issued"]) for q in status["requeues"]] == [(0, True)]
-    assert r["status"]["attempts"]["0"]["step"] < FAST_STEPS
+    assert r["status"]["attempts"]["0"]["step"] <= HOLD_AT + 1
     assert r["reports"][1]["final_step"] == FAST_STEPS
 
 

@@ -20,8 +20,8 @@ from ckptdash import events
 from ckptdash.dash.app import Dashboard, DashOptions
 from ckptdash.dash.feed.hub import FollowerHub
 from ckptdash.dash.views.widgets import button_label
-from ckptdash.ops.slurm import HOLD_REASONS
 from ckptdash.rundir.writer import EventWriter
+from ckptdash.schedulers.slurm_queue import HOLD_REASONS
 from tests.slurm.harness import Cluster, Scenario, wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(300)]

@@ -12,8 +12,8 @@ import torch
 import ckptdash
 from ckptdash import control
 from ckptdash.analysis import health
+from ckptdash.control.settings import CRASH_LOOP_AUTHOR
 from ckptdash.errors import CheckpointMismatchError
-from ckptdash.train import crash_loop
 from tests.train.helpers import state_of
 
 L = pytest.importorskip("lightning.pytorch", reason="install the lightning extra: make test")
@@ -92,7 +92,7 @@ def test_a_changed_lightning_model_fails_in_one_line_and_fresh_lasts(tmp_path: P
     assert alert is not None and "attempts 1-2 failed the same way" in alert.detail
     assert any("crash loop" in r.reason and not r.issued for r in state.requeues)
     settings = control.read_settings(run)
-    assert settings.requeue_suspended and settings.updated_by == crash_loop.AUTHOR
+    assert settings.requeue_suspended and settings.updated_by == CRASH_LOOP_AUTHOR
     fit(run, width=2, max_steps=4, fresh="v2")  # fresh: saves lightning-4.ckpt
     trainer = fit(run, width=2, max_steps=6, fresh="v2")
     state = state_of(run)

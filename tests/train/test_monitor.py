@@ -133,7 +133,7 @@ def test_requeue_command_survives_the_sigterm_its_requeue_causes() -> None:
     worked is not reported as failed (exit -15, seen on a real cluster)."""
     import sys
 
-    from ckptdash.train.scheduler import run_command
+    from ckptdash.schedulers.base import run_command
 
     code = "import os, signal; os.kill(os.getpid(), signal.SIGTERM); print('done')"
     result = run_command([sys.executable, "-c", code])

@@ -2,7 +2,7 @@
 
 ::
 
-    file written ──inotify (watchdog Observer)──┐
+    file written ──inotify (one instance)───────┐
                  or the poll timer ─────────────┴─> wake ─> worker thread:
                                                     tail new bytes → RunState.apply
                                                     → RunSnapshot → every subscriber
@@ -42,40 +42,26 @@ from typing import TypeAlias
 from ckptdash import control
 from ckptdash.dash.feed.mounts import WatchMode, choose_mode
 from ckptdash.dash.feed.noticing import Inotify, Polling, Strategy
-from ckptdash.dash.feed.resting import (
-    CHECK_EVERY_S,
-    Fingerprint,
-    Resting,
-    fingerprint,
-    may_rest,
-    names_in,
-)
-from ckptdash.dash.feed.snapshot import FolderSnapshot, RunSnapshot, SnapshotBuilder, summarize
+from ckptdash.dash.feed.resting import CHECK_EVERY_S, FolderRest
+from ckptdash.dash.feed.snapshot import FolderSnapshot, RunSnapshot, SnapshotBuilder
 from ckptdash.errors import CkptDashError, RunDirError
 from ckptdash.events import Settings
 from ckptdash.ops import liveness
-from ckptdash.rundir import EVENTS_DIR, RunDir, find_runs
-from ckptdash.state import RunState
-from ckptdash.state.reading import leave_snapshot, resume
-from ckptdash.tail import RunTailer
+from ckptdash.rundir import door
+from ckptdash.state.runset import OpenRun, RunSet
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
-class _Run:
-    """One run as the worker keeps it."""
+class _View:
+    """What the worker keeps beside an open run of the run set: its views' snapshots and its
+    settings."""
 
-    rd: RunDir
-    tailer: RunTailer
-    state: RunState
     builder: SnapshotBuilder
-    sightings: int = 0
     settings: Settings | None = None
     settings_error: str = ""
     settings_key: object = None
-    covered: int = 0  # bytes of log its snapshot covers (ckptdash.state.snapshot)
-    awake_since: float | None = None  # when a resting run was opened again
 
 
 Subscriber: TypeAlias = Callable[[FolderSnapshot], None]
@@ -122,13 +108,13 @@ class RunFollower:
         self._loaded = threading.Event()
         self._lock = threading.Lock()  # guards subscribers and latest
         self._subscribers: list[Subscriber] = []
-        self._runs: dict[str, _Run] = {}
-        self._resting: dict[str, Resting] = {}
+        rest = FolderRest(self._last_of, clock, lambda: CHECK_EVERY_S)
+        self._runs = RunSet(self.path, rest=rest, clock=clock)  # opens, reads, rests the runs
+        self._views: dict[str, _View] = {}  # by root, one per open run
         self._focus: dict[str, int] = {}  # roots sessions show, with how many (guarded by _lock)
         self._runs_tuple: tuple[RunSnapshot, ...] = ()
         self._version = 0
         self._problem = ""
-        self._is_folder = False
         self._dirty: set[str] = set()  # paths inotify reported since the last poll
         self._thread: threading.Thread | None = None
         self.latest: FolderSnapshot | None = None
@@ -157,8 +143,9 @@ class RunFollower:
             return self
         try:
             self._strategy.start()
-        except OSError as exc:  # inotify instances exhausted: fall back, say why (as watchdog does)
-            reason = f"polling (inotify unavailable: {exc.strerror or exc})"
+        except (OSError, RuntimeError) as exc:  # no inotify instance or thread: poll, say why
+            detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+            reason = f"polling (inotify unavailable: {detail})"
             self._strategy = Polling(reason, self.poll_interval_s)
             log.warning("ckptdash: %s: %s", self.path, reason)
         self._thread = threading.Thread(
@@ -176,6 +163,8 @@ class RunFollower:
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout)
         self._strategy.stop(timeout)
+        if self._thread is None or not self._thread.is_alive():
+            self._runs.close()  # the runs' states go; the latest snapshot stays readable
 
     def __enter__(self) -> RunFollower:
         return self.start()
@@ -268,29 +257,15 @@ class RunFollower:
 
     def _touch(self, paths: set[str]) -> None:
         """Tell the tailers which event files inotify saw change: a cold one is read now."""
-        for p in paths:
-            folder = os.path.dirname(p)
-            run = self._runs.get(os.path.dirname(folder))
-            if run is not None and os.path.basename(folder) == EVENTS_DIR:
-                run.tailer.touch([p])
+        self._runs.touch(paths)
 
     def _roots_of(self, paths: set[str]) -> set[str] | None:
         """The runs these changed paths belong to; None (poll all) for a path outside any run."""
-        base = str(self.path)
-        roots = set()
-        for p in paths:
-            rel = os.path.relpath(p, base)
-            if rel.startswith(".."):
-                return None
-            if not self._is_folder:
-                roots.add(str(self.path))
-                continue
-            first = rel.split(os.sep, 1)[0]
-            root = str(self.path / first)
-            if first == "." or (root not in self._runs and root not in self._resting):
-                return None  # the folder itself changed: maybe a new run
-            roots.add(root)
-        return roots
+        return self._runs.roots_of(paths)
+
+    def _last_of(self, root: str) -> RunSnapshot | None:
+        view = self._views.get(root)
+        return None if view is None else view.builder.last
 
     def _poll(self, roots: set[str] | None = None) -> None:
         self.polls += 1
@@ -298,82 +273,38 @@ class RunFollower:
             self._discover()
         with self._lock:
             focused = set(self._focus)
-        woken = self._wake_changed(roots, focused)
-        for root in list(self._runs):  # not a list of the runs: one that rests is freed at once
-            if roots is not None and root not in roots and root not in woken:
-                continue
-            run = self._runs[root]
-            # Before the read: what the run rests with, if it may (changes after it wake it).
-            seen = None if root in focused else self._before_rest(run)
-            records, sightings = run.state.apply_all(run.tailer.batches())
-            run.sightings += sightings
-            changed = records > 0
-            if changed and run.tailer.caught_up:  # one that read much leaves a snapshot
-                run.covered = leave_snapshot(run.rd, run.state, run.tailer, run.covered)
-            changed |= self._read_settings(run)
+        for run in self._runs.poll(roots, focused):
+            view = self._views.get(run.root)
+            if view is None:
+                view = self._views[run.root] = _View(SnapshotBuilder(run.root))
+                if isinstance(run.woken_from, RunSnapshot):  # its versions go on rising
+                    view.builder.continue_from(run.woken_from)
+            changed = run.records > 0
+            changed |= self._read_settings(run, view)
             # A job killed with kill -9 writes nothing more: on its own host its pid says at
             # once that it is gone (one /proc read per poll of a running attempt).
             gone = liveness.gone_here(run.state, now=self._clock())
-            last = run.builder.last
+            last = view.builder.last
             if changed or last is None or set(gone) != set(last.gone):
-                last = run.builder.take(
+                view.builder.take(
                     run.state,
                     sightings=run.sightings,
-                    settings=run.settings,
-                    settings_error=run.settings_error,
-                    settings_key=run.settings_key,
+                    settings=view.settings,
+                    settings_error=view.settings_error,
+                    settings_key=view.settings_key,
                     gone=gone,
+                    untrusted=door.untrusted(run.rd.root),
                 )
-            idle = last is not None and may_rest(last, self._clock(), run.awake_since)
-            if seen is not None and last is not None and idle and run.tailer.caught_up:
-                del self._runs[root]
+            if self._runs.settle(run):  # it rests: only its line is kept, and no watch
+                del self._views[run.root]
                 self._strategy.unwatch_run(run.rd)
-                self._resting[root] = Resting(run.rd, summarize(last), hash(seen), time.monotonic())
             else:
                 self._strategy.watch_run(run.rd)
-
-    def _before_rest(self, run: _Run) -> Fingerprint | None:
-        """A run of a folder that may rest after this poll (a first read, or an idle run): its
-        files' fingerprint, and every event file made due however cold (see :mod:`.resting`)."""
-        last = run.builder.last
-        if not self._is_folder:
-            return None
-        if last is not None and not may_rest(last, self._clock(), run.awake_since):
-            return None
-        seen = fingerprint(run.rd)
-        run.tailer.touch(names_in(seen, EVENTS_DIR))
-        return seen
-
-    def _wake_changed(self, roots: set[str] | None, focused: set[str]) -> set[str]:
-        """Open again the resting runs a session shows, and those whose files changed: at once
-        for those in ``roots`` (an inotify report), every :data:`~.resting.CHECK_EVERY_S` for
-        all. Returns their roots."""
-        woken = set()
-        tick = time.monotonic()
-        for root, rest in list(self._resting.items()):
-            if root not in focused:
-                due = tick - rest.checked_at >= CHECK_EVERY_S
-                if not (due or (roots is not None and root in roots)):
-                    continue
-                rest.checked_at = tick
-                if hash(fingerprint(rest.rd)) == rest.seen:
-                    continue
-            del self._resting[root]
-            run = self._open(rest.rd)
-            run.awake_since = self._clock()
-            run.builder.continue_from(rest.snapshot)
-            self._runs[root] = run
-            woken.add(root)
-        return woken
-
-    def _open(self, rd: RunDir) -> _Run:
-        state, tailer, since = resume(rd)  # from the snapshot, when one can be trusted
-        return _Run(rd, tailer, state, SnapshotBuilder(str(rd.root)), covered=since)
 
     def _discover(self) -> None:
         """Find the runs (new ones join as they appear); note why there are none."""
         try:
-            runs = find_runs(self.path)
+            self._runs.discover()
         except RunDirError as exc:
             # Not there yet, or no run in it yet: the training creates both, so this is the
             # normal first minute of a notebook or a served folder, not an error; the views
@@ -384,13 +315,8 @@ class RunFollower:
             self._problem = f"{self.path}: {exc.strerror or exc}"
             return
         self._problem = ""
-        self._is_folder = not RunDir(self.path).is_run()
-        for rd in runs:
-            root = str(rd.root)
-            if root not in self._runs and root not in self._resting:
-                self._runs[root] = self._open(rd)
 
-    def _read_settings(self, run: _Run) -> bool:
+    def _read_settings(self, run: OpenRun, view: _View) -> bool:
         """Re-read settings.json when it changed (a stat per poll); True if it did."""
         path = run.rd.settings
         try:
@@ -400,19 +326,19 @@ class RunFollower:
             key = "missing"
         except OSError as exc:
             key = f"error: {exc}"
-        if key == run.settings_key:
+        if key == view.settings_key:
             return False
-        run.settings_key = key
+        view.settings_key = key
         try:
-            run.settings, run.settings_error = control.read_settings(run.rd), ""
+            view.settings, view.settings_error = control.read_settings(run.rd), ""
         except CkptDashError as exc:
-            run.settings, run.settings_error = None, str(exc)
+            view.settings, view.settings_error = None, str(exc)
         return True
 
     def _publish(self) -> None:
-        latest = {root: run.builder.last for root, run in self._runs.items()}
-        latest.update((root, rest.snapshot) for root, rest in self._resting.items())
-        snaps = tuple(snap for _, snap in sorted(latest.items()) if snap is not None)
+        latest: dict[str, object] = {root: view.builder.last for root, view in self._views.items()}
+        latest.update((root, rest.kept) for root, rest in self._runs.resting.items())
+        snaps = tuple(snap for _, snap in sorted(latest.items()) if isinstance(snap, RunSnapshot))
         if len(snaps) != len(self._runs_tuple) or any(
             a is not b for a, b in zip(snaps, self._runs_tuple, strict=False)
         ):
@@ -424,7 +350,7 @@ class RunFollower:
             now=self._clock(),
             version=self._version,
             loaded=True,
-            is_folder=self._is_folder,
+            is_folder=self._runs.is_folder,
             watching=self._strategy.describe(),
             problem=self._problem,
         )

@@ -5,55 +5,29 @@ event on this one. Polling is the tailer's own ``stat`` of each event file, whic
 cheaper than watchdog's ``PollingObserver`` (that one snapshots the whole tree,
 checkpoints included, only to make us stat the event files again). Even with inotify the
 worker polls every ``refresh_s`` as a safety net.
+
+Whatever the number of runs, a follower holds one inotify instance and one thread to read it
+(:mod:`ckptdash.dash.feed.inotify`); a watch that cannot be added leaves that folder to the
+safety poll, and an instance or thread that cannot be started leaves the whole follower
+polling: neither fails a poll.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Final, TypeAlias
 
-from watchdog.events import (
-    DirCreatedEvent,
-    DirDeletedEvent,
-    DirMovedEvent,
-    FileCreatedEvent,
-    FileDeletedEvent,
-    FileModifiedEvent,
-    FileMovedEvent,
-    FileSystemEvent,
-    FileSystemEventHandler,
-)
-from watchdog.observers import Observer
-from watchdog.observers.api import BaseObserver, ObservedWatch
-
-from ckptdash.rundir import CONTROL_DIR, EVENTS_DIR, RunDir
+from ckptdash.dash.feed.inotify import Watches
+from ckptdash.rundir import CLAIMED_DIR, CONTROL_DIR, DONE_DIR, EVENTS_DIR, INBOX_DIR, RunDir
 
 log = logging.getLogger(__name__)
 
-# Only changes: opening or reading a file (our own tailer does both) must not wake us.
-_EVENT_FILTER: Final = [
-    FileModifiedEvent,
-    FileCreatedEvent,
-    FileMovedEvent,
-    FileDeletedEvent,
-    DirCreatedEvent,
-    DirMovedEvent,
-    DirDeletedEvent,
-]
-
-
-class _Wake(FileSystemEventHandler):
-    """Any change under a watched folder wakes the worker and says where it happened."""
-
-    def __init__(self, note: Callable[[str], None]) -> None:
-        self._note = note
-
-    def on_any_event(self, event: FileSystemEvent) -> None:
-        self._note(os.fsdecode(event.src_path))
+_RUN_FOLDERS: Final = ("", EVENTS_DIR, CONTROL_DIR, INBOX_DIR, CLAIMED_DIR, DONE_DIR)
+"""The folders of a run that are watched: never checkpoints/ (a big save writes millions of
+times), nor pulses/ (every rank rewrites its record every second; the safety poll reads it)."""
 
 
 class Polling:
@@ -83,8 +57,9 @@ class Polling:
 
 
 class Inotify:
-    """inotify through a watchdog Observer: every change under a watched folder calls ``note``;
-    the worker still polls every ``refresh_s`` as a safety net."""
+    """inotify, one instance and one thread for every run (:mod:`ckptdash.dash.feed.inotify`):
+    every change under a watched folder calls ``note``; the worker still polls every
+    ``refresh_s`` as a safety net, and polls alone a folder that cannot be watched."""
 
     mode: Final = "inotify"
 
@@ -94,65 +69,50 @@ class Inotify:
         self.path = path
         self.reason = reason
         self.refresh_s = refresh_s
-        self._handler = _Wake(note)
-        self._observer: BaseObserver | None = None
-        self._watched: dict[str, ObservedWatch] = {}
+        self._watches = Watches(str(path), note, name=f"ckptdash-inotify:{path.name}")
+        self._refused: set[str] = set()  # folders that could not be watched (said once each)
 
     def start(self) -> None:
-        """Start the observer and watch the path; OSError when inotify is unavailable."""
-        observer = Observer()
-        observer.daemon = True
-        observer.start()
-        self._observer = observer
-        self._watch(str(self.path), recursive=False)
+        """Start the one reader thread and watch the path; ``OSError`` when inotify is
+        unavailable, ``RuntimeError`` when no thread can be started (the caller polls)."""
+        self._watches.start()
+        self._watch(str(self.path))
 
     def watch_run(self, rd: RunDir) -> None:
-        """Add inotify watches as a run's folders appear: events/ and control/, never
-        checkpoints/ (a big save writes millions of times)."""
-        if self._observer is None:
-            return
-        wanted = [(str(rd.root), False), (str(rd.root / EVENTS_DIR), False)]
-        wanted.append((str(rd.root / CONTROL_DIR), True))
-        for folder, recursive in wanted:
-            if folder not in self._watched and os.path.isdir(folder):
-                watch = self._watch(folder, recursive=recursive)
-                if watch is not None:
-                    self._watched[folder] = watch
+        """Watch a run's folders as they appear (see :data:`_RUN_FOLDERS`). Never raises: a
+        folder that cannot be watched is polled."""
+        for sub in _RUN_FOLDERS:
+            self._watch(str(rd.root / sub) if sub else str(rd.root))
 
     def unwatch_run(self, rd: RunDir) -> None:
-        """Drop a run's watches (a resting run, :mod:`ckptdash.dash.feed.resting`): watchdog
-        runs a thread and an inotify instance per watched folder, and a user may have only 128
-        instances; a resting run is looked at by its fingerprint instead."""
-        if self._observer is None:
-            return
-        for folder in (str(rd.root), str(rd.root / EVENTS_DIR), str(rd.root / CONTROL_DIR)):
-            watch = self._watched.pop(folder, None)
-            if watch is not None:
-                with contextlib.suppress(KeyError, OSError):  # its folder is gone already
-                    self._observer.unschedule(watch)
+        """Drop a run's watches (a resting run, :mod:`ckptdash.dash.feed.resting`, is looked at
+        by its fingerprint instead: a user's inotify watches are limited)."""
+        for sub in _RUN_FOLDERS:
+            folder = str(rd.root / sub) if sub else str(rd.root)
+            self._watches.remove(folder)
+            self._refused.discard(folder)
 
     def stop(self, timeout: float) -> None:
-        if self._observer is not None:
-            self._observer.stop()
-            self._observer.join(timeout)
-            self._observer = None
+        self._watches.stop(timeout)
 
     def describe(self) -> str:
         return f"{self.reason}, checked every {self.refresh_s:g} s"
 
-    def _watch(self, folder: str, *, recursive: bool) -> ObservedWatch | None:
-        if self._observer is None:
-            return None
+    def _watch(self, folder: str) -> None:
+        if self._watches.watching(folder) or not os.path.isdir(folder):
+            return
         try:
-            return self._observer.schedule(
-                self._handler, folder, recursive=recursive, event_filter=_EVENT_FILTER
-            )
+            self._watches.add(folder)
         except OSError as exc:
             # Out of inotify watches, or the folder vanished: the safety poll still sees it.
-            log.info(
-                "ckptdash: cannot watch %s (%s); polled every %g s", folder, exc, self.refresh_s
-            )
-            return None
+            if folder not in self._refused:
+                self._refused.add(folder)
+                log.info(
+                    "ckptdash: cannot watch %s (%s); polled every %g s",
+                    folder,
+                    exc.strerror or exc,
+                    self.refresh_s,
+                )
 
 
 Strategy: TypeAlias = Inotify | Polling

@@ -128,6 +128,9 @@ class RunSnapshot:
     """What the health detectors read (:func:`ckptdash.analysis.health.detect` runs on it as the
     clock
     moves); also the newest attempt's ranks, for the ranks view."""
+    untrusted: str = ""
+    """Why the run's folders are not its owner's alone ("" when they are:
+    :func:`ckptdash.rundir.door.untrusted`): the header shows the run as untrusted."""
     summary: bool = False
     """Only what the run list shows (a resting run nobody looks at,
     :mod:`ckptdash.dash.feed.resting`): no checkpoints, series, metrics, commands or health.
@@ -145,8 +148,9 @@ class RunSnapshot:
         return None if newest is None else newest.last_heartbeat_t
 
     def valid_paths(self) -> frozenset[str]:
-        """Paths of checkpoints that are resume candidates (the only ones a pin may name)."""
-        return frozenset(c.path for c in self.checkpoints if c.status == "saved")
+        """Paths of checkpoints that are resume candidates (the only ones a pin may name):
+        saved, and resuming training (no artifact)."""
+        return frozenset(c.path for c in self.checkpoints if c.status == "saved" and c.resumable)
 
 
 def summarize(snap: RunSnapshot) -> RunSnapshot:
@@ -208,6 +212,7 @@ class SnapshotBuilder:
         settings_error: str,
         settings_key: object,
         gone: Mapping[int, str] | None = None,
+        untrusted: str = "",
     ) -> RunSnapshot:
         """The run now; the previous snapshot itself when nothing changed.
 
@@ -268,6 +273,7 @@ class SnapshotBuilder:
             loggers=tuple(state.loggers[n] for n in sorted(state.loggers)),
             gone=dict(gone or {}),
             health=facts,
+            untrusted=untrusted,
         )
         self.last = snap
         return snap

@@ -16,6 +16,7 @@ from ckptdash.dash.views.frames import NUMBER, TEXT, TIME, typed_frame
 from ckptdash.dash.views.metrics import metrics_at_save
 from ckptdash.dash.views.text import relative
 from ckptdash.dash.views.widgets import HtmlPane, ReadOnlyTabulator, button
+from ckptdash.state.checkpoints import kind as checkpoint_kind
 
 SCHEMA: Final = {
     "step": NUMBER,
@@ -25,6 +26,7 @@ SCHEMA: Final = {
     "size": NUMBER,
     "save s": NUMBER,
     "stall s": NUMBER,
+    "kind": TEXT,
     "status": TEXT,
     "resume": TEXT,
     "attempt": NUMBER,
@@ -35,7 +37,14 @@ SCHEMA: Final = {
 
 
 FILE_TEMPLATE: Final = '<span title="<%- path %>"><%- value %></span>'
-COLUMN_WIDTHS: Final = {"time": 165, "size": 90, "save s": 75, "trigger": 90, "resume": 95}
+COLUMN_WIDTHS: Final = {
+    "time": 165,
+    "size": 90,
+    "save s": 75,
+    "trigger": 90,
+    "kind": 90,
+    "resume": 95,
+}
 
 
 def checkpoint_frame(snap: RunSnapshot | None) -> pd.DataFrame:
@@ -48,6 +57,7 @@ def checkpoint_frame(snap: RunSnapshot | None) -> pd.DataFrame:
     fresh = [a.attempt for a in snap.attempts if a.fresh]
     since = max(fresh) if fresh else -1  # the fresh-start boundary: older saves are history
     rows = []
+    by_path = {c.path: c for c in snap.checkpoints}
     for c in snap.checkpoints:
         marks = []
         if c.status == "saved" and c.attempt is not None and c.attempt < since:
@@ -67,6 +77,7 @@ def checkpoint_frame(snap: RunSnapshot | None) -> pd.DataFrame:
                 "step": c.step,
                 "epoch": c.epoch,
                 "trigger": c.trigger,
+                "kind": checkpoint_kind(c, by_path),  # resumes / artifact / = its target
                 "time": _local(c.t),
                 "size": None if c.unvalidated else c.size_bytes,  # nothing ckptdash could see
                 "save s": c.duration_s,

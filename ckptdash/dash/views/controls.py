@@ -24,6 +24,7 @@ from ckptdash.dash.model import DashModel, run_status
 from ckptdash.dash.views.text import esc, relative
 from ckptdash.dash.views.widgets import HtmlPane, button, confirmation, relabel
 from ckptdash.errors import CkptDashError, ControlError
+from ckptdash.ops import actions
 
 
 def default_author() -> str:
@@ -87,11 +88,13 @@ def commands_off_reason(model: DashModel) -> str:
 
 
 class ControlActions:
-    """What the buttons do, without the buttons: each method writes one file and says what.
+    """What the buttons do, without the buttons: each method checks its input against the
+    page's snapshot, carries out one :mod:`ckptdash.ops.actions` action (the same as the CLI's)
+    and says what it did.
 
     ``author`` is asked at each action (a served page may know the logged-in
     user); ``nudge`` asks the follower to read the result back now; ``mirror_requeue``
-    copies a new requeue setting onto the scheduler (see :mod:`ckptdash.dash.views.slurm`)
+    copies a new requeue setting onto the scheduler (see :mod:`ckptdash.dash.views.scheduler`)
     and says what it did, or "" when there is no scheduler to tell.
 
     ``locked``: why this page may not act (see ``DashOptions.controls_off``); every
@@ -137,9 +140,7 @@ class ControlActions:
     def save_now(self) -> str:
         """Ask the job to save at its next step boundary (trigger ``manual``)."""
         snap = self._run()
-        cmd = control.issue(
-            snap.root, "save_now", author=self._author(), ttl_s=control.DEFAULT_TTL_S
-        )
+        cmd = actions.save_now(snap.root, author=self._author())
         self.last_command = (cmd.id, "Save now")
         self._nudge()
         return f"Save now sent ({fmt.short_id(cmd.id)}); waiting for the job's answer"
@@ -147,9 +148,7 @@ class ControlActions:
     def stop_after_save(self) -> str:
         """Ask the job to save, then end without requeue (the view asks for confirmation)."""
         snap = self._run()
-        cmd = control.issue(
-            snap.root, "stop_after_save", author=self._author(), ttl_s=control.DEFAULT_TTL_S
-        )
+        cmd = actions.stop_after_save(snap.root, author=self._author())
         self.last_command = (cmd.id, "Stop after save")
         self._nudge()
         return f"Stop after save sent ({fmt.short_id(cmd.id)}); waiting for the job's answer"
@@ -159,7 +158,7 @@ class ControlActions:
         snap = self._run()
         if not isinstance(suspended, bool):
             raise ControlError(f"suspended={suspended!r}: must be True or False")
-        control.update_settings(snap.root, requeue_suspended=suspended, author=self._author())
+        actions.set_requeue(snap.root, suspended=suspended, author=self._author())
         self._nudge()
         said = requeue_said(suspended)
         # After the run's own setting: it holds even when the scheduler refuses the mirror.
@@ -167,21 +166,23 @@ class ControlActions:
         return f"{said}; {mirrored}" if mirrored else said
 
     def pin(self, path: str) -> str:
-        """Make the next attempt resume from ``path``: a valid checkpoint this run recorded."""
+        """Make the next attempt resume from ``path``: a valid checkpoint this run recorded
+        (and, as from the CLI, lift a crash loop's requeue suspension)."""
         snap = self._run()
         if not isinstance(path, str) or path not in snap.valid_paths():
             raise ControlError(
                 f"{path!r} is not a valid checkpoint of {snap.name}; pick a saved row of the"
                 " checkpoint table"
             )
-        control.update_settings(snap.root, resume_pin=path, author=self._author())
+        changed = actions.pin(snap.root, path, author=self._author())
         self._nudge()
-        return f"pinned {Path(path).name}: the next attempt resumes from it"
+        said = f"pinned {Path(path).name}: the next attempt resumes from it"
+        return f"{said}; {actions.LIFTED}" if changed.lifted_crash_loop else said
 
     def clear_pin(self) -> str:
-        """Go back to the resume rule (newest valid checkpoint)."""
+        """Go back to the resume rule (newest valid checkpoint): no pin, no fresh start asked."""
         snap = self._run()
-        control.update_settings(snap.root, resume_pin=None, author=self._author())
+        actions.clear_pin(snap.root, author=self._author())
         self._nudge()
         return "resume pin cleared: the next attempt follows the resume rule"
 

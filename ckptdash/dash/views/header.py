@@ -108,6 +108,10 @@ def render_header(model: DashModel) -> str:
             f"<div class='muted' style='margin-top:2px'>curves: {esc(logger_line(info))}</div>"
             for info in snap.loggers
         )
+    if snap.untrusted:  # others may have written what it shows: nothing is acted on from it
+        resume += (
+            f"<div class='problem' style='margin-top:2px'>untrusted: {esc(snap.untrusted)}</div>"
+        )
     bad = sum(snap.bad_lines.values())
     tail = f"{fmt.number(snap.events_total)} events"
     if bad:

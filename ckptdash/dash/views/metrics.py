@@ -153,8 +153,8 @@ def metrics_data(snap: RunSnapshot | None, metric: str, log: bool = False) -> Da
             line["desc"].append(esc(f"steps {xs[0]:,} → {xs[-1]:,}"))
     pin = snap.settings.resume_pin if snap.settings is not None else None
     for c in snap.checkpoints:
-        if c.step is None or c.status != "saved":
-            continue
+        if c.step is None or c.status != "saved" or not _offered(c):
+            continue  # only what a resume may load is drawn to be chosen
         at = nearest(snap, c.step, c.attempt, metric)
         v = _value(at, metric) if at is not None else None
         if not ok(v):
@@ -206,11 +206,20 @@ def render_anomalies(snap: RunSnapshot | None, limit: int = 3) -> str:
     return "<div class='ck'>" + "".join(lines) + "</div>"
 
 
+def _offered(c: CheckpointInfo) -> bool:
+    """Whether a click may choose ``c`` to pin: it resumes training (no artifact) and is no
+    link or copy of another checkpoint (that one is drawn)."""
+    return c.resumable and c.same_as is None
+
+
 def choose(snap: RunSnapshot | None, step: float) -> CheckpointInfo | None:
-    """The valid checkpoint whose step is nearest ``step`` (the newer one on a tie)."""
+    """The valid checkpoint that resumes training whose step is nearest ``step`` (the newer
+    one on a tie); artifacts are never offered."""
     if snap is None or not math.isfinite(step):
         return None
-    valid = [c for c in snap.checkpoints if c.status == "saved" and c.step is not None]
+    valid = [
+        c for c in snap.checkpoints if c.status == "saved" and c.step is not None and _offered(c)
+    ]
     return min(valid, key=lambda c: (abs((c.step or 0) - step), -(c.step or 0)), default=None)
 
 

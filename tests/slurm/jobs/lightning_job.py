@@ -4,10 +4,18 @@ Not a test module. Run as the batch step (``exec python lightning_job.py ...`` s
 ``--signal=B:...`` and ``scancel --batch`` reach Python)::
 
     lightning_job.py RUN_DIR REPORT_DIR --max-steps N [--step-time S] [--max-attempts K]
-                     [--periodic-every N] [--fast-from-attempt K]
+                     [--periodic-every N] [--fast-from-attempt K] [--hold-at-step N]
+                     [--linger-for-signal S]
 
 ``--fast-from-attempt K``: attempts ``>= K`` train without the per-step pause, so a job that
 must still be training when it is signalled in an early attempt finishes soon after.
+
+``--hold-at-step N``: attempts before ``--fast-from-attempt`` stop in step ``N`` until
+ckptdash's handler has recorded a signal: the test's signal always comes before ``max_steps``,
+however loaded the machine (a wait on an event, not on a window of time).
+
+``--linger-for-signal S``: after ``fit()`` returned, stay up to ``S`` seconds until a signal
+arrives (recorded in the report as ``late_signals``), then exit 0; exit 3 when none came.
 
 ``RUN_DIR`` may contain ``{array_task}`` (replaced by ``SLURM_ARRAY_TASK_ID``). Each attempt
 writes ``REPORT_DIR/attempt-<A>.json`` (A = ``SLURM_RESTART_COUNT``) twice: when it trains its
@@ -39,6 +47,8 @@ def main() -> None:
     p.add_argument("--max-attempts", type=int, default=20)
     p.add_argument("--periodic-every", type=int, default=0)
     p.add_argument("--fast-from-attempt", type=int, default=-1)
+    p.add_argument("--hold-at-step", type=int, default=-1)
+    p.add_argument("--linger-for-signal", type=float, default=0.0)
     args = p.parse_args()
 
     import lightning.pytorch as pl
@@ -75,6 +85,14 @@ def main() -> None:
         tmp.replace(out)
 
     pause = threading.Event()
+    hold_at = args.hold_at_step if step_time else -1
+
+    def received() -> list[Any]:
+        """What ckptdash's SIGUSR2 handler recorded (its recorder's list), [] without one."""
+        import signal
+
+        owner = getattr(signal.getsignal(signal.SIGUSR2), "__self__", None)
+        return list(getattr(owner, "received", []))
 
     class Tiny(pl.LightningModule):  # type: ignore[misc]
         def __init__(self) -> None:
@@ -88,6 +106,11 @@ def main() -> None:
                 write_report()
             if step_time:
                 pause.wait(step_time)  # a step that takes a while: time to signal it
+            if self.trainer.global_step == hold_at:
+                report["held_at"] = hold_at
+                write_report()
+                while not received():  # until the test's signal is in: then the boundary acts
+                    pause.wait(0.02)
             loss = self.layer(batch[0]).pow(2).mean()
             self.log("loss", loss)
             return loss
@@ -127,6 +150,16 @@ def main() -> None:
     report["final_step"] = trainer.global_step
     report["t_end"] = time.time()
     write_report()
+    if args.linger_for_signal:
+        deadline = time.monotonic() + args.linger_for_signal
+        report["lingering"] = True
+        write_report()
+        while not received() and time.monotonic() < deadline:
+            pause.wait(0.02)
+        report["late_signals"] = [r.name for r in received()]
+        write_report()
+        if not report["late_signals"]:
+            raise SystemExit(3)
 
 
 if __name__ == "__main__":

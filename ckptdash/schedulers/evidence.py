@@ -1,5 +1,5 @@
-"""Whether a run's own job started it: the evidence :func:`ckptdash.ops.slurm.verify_job`
-checks before any SLURM action taken on a job id read from a run's log.
+"""Whether a run's own job started it: the evidence every scheduler's ``verify_job`` checks
+before any action taken on a job id read from a run's log (any scheduler).
 
 A run's log is writable by everyone who can write its folder (a group project directory), so
 a job id in it proves nothing by itself: a group member can add a run to ``RUNS/`` whose log
@@ -10,11 +10,13 @@ only when
 
 * it is the ``job_id`` of a ``run_started`` opening a file ``A{attempt}.R0000.*`` in the run's
   ``events/`` folder, and
-* that file (a regular file, opened without following a link) and the ``events/`` folder
-  itself are owned by the account SLURM says the job runs as (``UserId`` of
-  ``scontrol show job``).
+* that file (a regular file with one link, opened without following a link) and the
+  ``events/`` folder itself are owned by the account the scheduler says the job runs as
+  (SLURM's ``UserId``, Grid Engine's ``JB_uid``), and no folder of the run may be written by
+  anyone else (:func:`ckptdash.rundir.door.untrusted`): a hard link from the owner's
+  group-writable log into a group-writable ``events/`` is the owner's file, but not the run's.
 
-Nothing here runs a SLURM command; files are opened without following links, non-blocking,
+Nothing here runs a scheduler's command; files are opened without following links, non-blocking,
 and read for one capped line each.
 """
 
@@ -23,12 +25,12 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
 from ckptdash.events import RunStarted, decode_line
+from ckptdash.rundir import door
 
 MAX_FIRST_LINE_BYTES: Final = 64 * 1024
 """A ``run_started`` line is a few hundred bytes; a longer first line is not read whole."""
@@ -50,6 +52,9 @@ class Evidence:
     """(file name, owner uid) of each rank-0 file that opens with ``run_started`` naming
     the job."""
 
+    untrusted: str = ""
+    """Why the run's folders are not its owner's alone ("" when they are)."""
+
     def refusal(self, job_id: str, job_uid: int) -> str:
         """Why the run does not vouch for ``job_id`` running as ``job_uid`` ("" when it does)."""
         if self.events_uid is None:
@@ -67,12 +72,15 @@ class Evidence:
                 f"the run_started naming job {job_id} ({name}) was written by uid {uid}, not"
                 f" by the job's user (uid {job_uid})"
             )
+        if self.untrusted:  # its evidence may have been written by anyone who can write it
+            return f"the run is not its owner's alone: {self.untrusted}"
         return ""
 
 
 def gather(root: str | os.PathLike[str], job_id: str) -> Evidence:
     """Read the run at ``root`` for the ``run_started`` lines naming ``job_id``."""
     events = Path(root) / "events"
+    why = door.untrusted(root)
     try:
         st = os.lstat(events)
     except OSError:
@@ -82,7 +90,7 @@ def gather(root: str | os.PathLike[str], job_id: str) -> Evidence:
     try:
         names = sorted(n for n in _listing(events) if _RANK0.match(n))
     except OSError:
-        return Evidence(str(events), st.st_uid, ())
+        return Evidence(str(events), st.st_uid, (), why)
     found: list[tuple[str, int]] = []
     for name in names:
         opened = _first_line(events / name)
@@ -95,7 +103,7 @@ def gather(root: str | os.PathLike[str], job_id: str) -> Evidence:
             continue
         if isinstance(record, RunStarted) and record.job_id == job_id:
             found.append((name, uid))
-    return Evidence(str(events), st.st_uid, tuple(found))
+    return Evidence(str(events), st.st_uid, tuple(found), why)
 
 
 def _listing(folder: Path) -> list[str]:
@@ -109,57 +117,38 @@ def _listing(folder: Path) -> list[str]:
 
 
 def _first_line(path: Path) -> tuple[int, bytes] | None:
-    """(owner uid, first line) of a regular file, never following a link nor blocking."""
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    """(owner uid, first line) of a regular file with one link (a hard link is another file),
+    through the one door: never following a link nor blocking."""
     try:
-        fd = os.open(path, flags)
+        with door.open_path(path) as (fd, st):
+            if st.st_nlink != 1:
+                return None
+            data = os.read(fd, MAX_FIRST_LINE_BYTES)
     except OSError:
         return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            return None
-        data = os.read(fd, MAX_FIRST_LINE_BYTES)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
     end = data.find(b"\n")
     if end < 0:
         return None
     return st.st_uid, data[: end + 1]
 
 
-_USER_ID: Final = re.compile(r"^(.*)\((\d+)\)$")  # UserId=alice(1001)
-
-
-def refusal(job: str, fields: Mapping[str, str], run_root: str | os.PathLike[str] | None) -> str:
-    """Why ckptdash may not act on SLURM job ``job``, whose ``scontrol show job`` said
-    ``fields`` ("" when it may): the rule of :func:`ckptdash.ops.slurm.verify_job`."""
-    array = f"{fields.get('ArrayJobId', '')}_{fields.get('ArrayTaskId', '')}"
-    if job not in (fields.get("JobId"), array):
-        return (
-            f"slurm job {job}: `scontrol show job {job}` answered about job"
-            f" {fields.get('JobId', '?')}: not acting on it"
-        )
-    match = _USER_ID.match(fields.get("UserId", ""))
-    if match is None:
-        return (
-            f"slurm job {job}: SLURM did not say whose job it is (UserId"
-            f" {fields.get('UserId', 'missing')!r}): not acting on it"
-        )
-    user, uid = match.group(1), int(match.group(2))
+def refusal(
+    scheduler: str, job: str, user: str, uid: int, run_root: str | os.PathLike[str] | None
+) -> str:
+    """Why ckptdash may not act on ``scheduler``'s job ``job``, which the scheduler says runs
+    as ``user`` (``uid``) ("" when it may): it must be the acting user's, and with ``run_root``
+    (the id came from that run's log) the run's own files must vouch for it."""
     me = os.geteuid()
     if uid != me:
         return (
-            f"slurm job {job} belongs to {user} (uid {uid}), not to you (uid {me}): ckptdash"
-            " acts only on your own jobs"
+            f"{scheduler} job {job} belongs to {user} (uid {uid}), not to you (uid {me}):"
+            " ckptdash acts only on your own jobs"
         )
     if run_root is not None:
         why = gather(run_root, job).refusal(job, uid)
         if why:
             return (
-                f"slurm job {job}: not started by the run {os.fspath(run_root)}: {why}; not"
+                f"{scheduler} job {job}: not started by the run {os.fspath(run_root)}: {why}; not"
                 " acting on it (if it is yours, name it: `ckptdash requeue RUN_DIR --job"
                 f" {job} ...`)"
             )

@@ -1,10 +1,12 @@
-"""The scheduler's view of the selected run's SLURM job, and the controls only SLURM can carry
-out: hold, release or cancel a job that waits in the queue (e.g. requeued).
+"""The scheduler's view of the selected run's job (SLURM, Grid Engine), and the controls only
+the scheduler can carry out: hold, release or cancel a job that waits in the queue (e.g.
+requeued).
 
 Once a job is requeued no training process exists to read the run directory's control
-channel, so these buttons ask SLURM directly through :mod:`ckptdash.ops.slurm` (on the
-login node the dashboard runs on). The panel shows SLURM's state next to the run's own events:
-pending, running or held, the reason, the restart count.
+channel, so these buttons ask the scheduler directly through its
+:class:`~ckptdash.schedulers.base.Queue` (on the login node the dashboard runs on; the
+examples below are SLURM's). The panel shows the scheduler's state next to the run's own
+events: pending, running or held, the reason, the restart count.
 
 ``scontrol`` is never run on the follower's thread or the session's event loop to *refresh*:
 one background thread per session asks SLURM at most every :data:`POLL_INTERVAL_S` seconds,
@@ -12,9 +14,9 @@ and only while the selected run has a SLURM job. Its answers reach the widgets t
 follower's snapshots do (see :mod:`ckptdash.dash.delivery`). A click does not run ``scontrol``
 either (Hold, Release, Cancel, and the Requeue=0/1 that Suspend / Allow auto-requeue mirrors
 onto the job): it hands its command to the same thread and returns, so a slow controller never
-holds up the page (each call has :data:`ckptdash.ops.slurm.TIMEOUT_S`). After Hold, Release
-or Cancel the three buttons stay off until SLURM has answered; every answer appears in the
-controls' message line.
+holds up the page (each call has :data:`ckptdash.schedulers.slurm_queue.TIMEOUT_S`). After
+Hold, Release or Cancel the three buttons stay off until the scheduler has answered; every
+answer appears in the controls' message line.
 """
 
 from __future__ import annotations
@@ -32,9 +34,10 @@ from ckptdash.dash.model import DashModel
 from ckptdash.dash.views.controls import Controls, requeue_said
 from ckptdash.dash.views.text import esc
 from ckptdash.dash.views.widgets import button, confirmation, html_pane
-from ckptdash.errors import ControlError
-from ckptdash.ops import slurm as slurm_admin
-from ckptdash.ops.slurm import JobStatus
+from ckptdash.errors import ControlError, SchedulerError
+from ckptdash.ops import actions
+from ckptdash.schedulers import job_of, queue_for
+from ckptdash.schedulers.base import JobStatus, JobView, Queue, Runner
 
 POLL_INTERVAL_S: Final = 3.0
 """Seconds between two refreshes of the scheduler's view (a state change shows within this)."""
@@ -45,15 +48,15 @@ UNAVAILABLE: Final = "scheduler commands not available here"
 
 def render_scheduler(info: JobStatus) -> str:
     """The panel's HTML: the job's state, reason, hold and restarts, or why they are unknown."""
-    head = f"<b>SLURM job {esc(info.job_id or '')}</b>"
+    head = f"<b>{esc(info.label)} job {esc(info.job_id or '')}</b>"
     if info.unavailable:
         body = f"<span class='muted'>{UNAVAILABLE}: {esc(info.unavailable)}</span>"
     elif not info.asked:
-        body = "<span class='muted'>asking SLURM …</span>"
+        body = f"<span class='muted'>asking {esc(info.label)} …</span>"
     elif info.error:
         body = f"<span class='problem'>{esc(info.error)}</span>"
     elif info.view is None:
-        body = "<span class='muted'>no longer known to SLURM (ended and purged)</span>"
+        body = f"<span class='muted'>no longer known to {esc(info.label)} (ended and purged)</span>"
     else:
         v = info.view
         parts = [f"<span class='st'>{esc(v.state)}</span>"]
@@ -62,7 +65,7 @@ def render_scheduler(info: JobStatus) -> str:
         if v.held:
             parts.append("<b>held</b>")
         if v.requeue is not None:
-            parts.append("requeue " + ("on" if v.requeue else "off (Requeue=0)"))
+            parts.append("requeue " + ("on" if v.requeue else v.requeue_off))
         if v.restarts is not None:
             parts.append(f"restarts {v.restarts}")
         body = " · ".join(parts)
@@ -72,7 +75,7 @@ def render_scheduler(info: JobStatus) -> str:
 
 
 class SchedulerPanel(pn.viewable.Viewer):  # type: ignore[misc]
-    """SLURM's view of the selected run's job, with Hold / Release / Cancel pending job.
+    """The scheduler's view of the selected run's job, with Hold / Release / Cancel pending job.
 
     ``doc`` is the session's Bokeh document when served (None in a notebook) and
     ``render_lock`` the lock the notebook holds while it renders (the dashboard's
@@ -91,7 +94,7 @@ class SchedulerPanel(pn.viewable.Viewer):  # type: ignore[misc]
         *,
         doc: Any | None = None,
         render_lock: threading.RLock | None = None,
-        runner: slurm_admin.Runner | None = None,
+        runner: Runner | None = None,
         interval_s: float = POLL_INTERVAL_S,
         alive: Callable[[], bool] = lambda: True,
         **params: Any,
@@ -109,6 +112,7 @@ class SchedulerPanel(pn.viewable.Viewer):  # type: ignore[misc]
         )
         self.info = JobStatus()
         self._job: str | None = None  # read by the background thread: guarded by _lock
+        self._sched: Queue | None = None  # the job's scheduler: guarded by _lock
         self._root: str | None = None  # the selected run's folder: guarded by _lock
         self._again = False  # ask SLURM at once, not at the next refresh: guarded by _lock
         self._clicked: list[Callable[[], str]] = []  # clicks' commands, in order: under _lock
@@ -125,7 +129,7 @@ class SchedulerPanel(pn.viewable.Viewer):  # type: ignore[misc]
         self.keep_button = button("Keep it")
         self.confirm_row = confirmation(
             "Cancel the pending job?",
-            "SLURM removes it from the queue; the run keeps its checkpoints.",
+            "The scheduler removes it from the queue; the run keeps its checkpoints.",
             self.confirm_cancel_button,
             self.keep_button,
         )
@@ -158,11 +162,11 @@ class SchedulerPanel(pn.viewable.Viewer):  # type: ignore[misc]
             busy = bool(self._clicked)
         if busy:
             self.controls.say(
-                "SLURM has not answered the last click yet; wait for it", problem=True
+                f"{self._label()} has not answered the last click yet; wait for it", problem=True
             )
             return
         # Said and held before the command is queued: the answer cannot arrive before this.
-        self.controls.say(f"slurm job {self._job}: asking SLURM to {verb} it …")
+        self.controls.say(f"{self._name()} job {self._job}: asking {self._label()} to {verb} it …")
         self._buttons_held = True
         self.hold_button.disabled = self.release_button.disabled = True
         self.cancel_job_button.disabled = True
@@ -175,75 +179,86 @@ class SchedulerPanel(pn.viewable.Viewer):  # type: ignore[misc]
         self._wake.set()
 
     def hold(self) -> str:
-        """Keep the pending job from starting (``scontrol hold``)."""
+        """Keep the pending job from starting (``scontrol hold``, ``qhold``)."""
         self.controls.actions.check_allowed()
-        job = self._require_job()
-        view = slurm_admin.hold(job, runner=self._runner)
+        job, sched, root = self._require_job()
+        view = actions.hold(sched, job, run_root=root)
         self._answered(job, view)
-        return f"slurm job {job}: held ({view.describe()}); Release job lets it start"
+        return f"{sched.name} job {job}: held ({view.describe()}); Release job lets it start"
 
     def release(self) -> str:
-        """Let a held job be scheduled again (``scontrol release``)."""
+        """Let a held job be scheduled again (``scontrol release``, ``qrls``)."""
         self.controls.actions.check_allowed()
-        job = self._require_job()
-        view = slurm_admin.release(job, runner=self._runner)
+        job, sched, root = self._require_job()
+        view = actions.release(sched, job, run_root=root)
         self._answered(job, view)
-        return f"slurm job {job}: released ({view.describe()})"
+        return f"{sched.name} job {job}: released ({view.describe()})"
 
     def cancel_pending(self) -> str:
-        """Cancel the job while it waits in the queue (``scancel --state=PENDING``)."""
+        """Cancel the job while it waits in the queue (``scancel --state=PENDING``, ``qdel``)."""
         self.controls.actions.check_allowed()
-        job = self._require_job()
-        after = slurm_admin.cancel_pending(job, runner=self._runner)
+        job, sched, root = self._require_job()
+        after = actions.cancel_pending(sched, job, run_root=root)
         self._answered(job, after)
         state = after.describe() if after is not None else "gone from the queue"
-        return f"slurm job {job}: cancelled while pending ({state})"
+        return f"{sched.name} job {job}: cancelled while pending ({state})"
 
     def mirror_requeue(self, suspended: bool) -> str:
-        """Mirror the run's new requeue setting onto its job (Requeue=0/1), as the CLI does.
+        """Mirror the run's new requeue setting onto its job's own requeue switch (SLURM's
+        Requeue=0/1, Grid Engine's ``-r n/y``), as the CLI does.
 
-        The panel's thread asks SLURM, and its answer replaces the message line; this returns
-        what to say meanwhile, or "" when there is nothing to tell (not a SLURM run, no
-        ``scontrol`` here)."""
-        job = self._job
-        if job is None or not slurm_admin.available(self._runner):
-            return ""
-        flag = "0" if suspended else "1"
+        The panel's thread asks the scheduler, and its answer replaces the message line; this
+        returns what to say meanwhile, or "" when there is nothing to tell (no scheduler job, no
+        scheduler commands here)."""
         with self._lock:
-            root = self._root
+            job, sched, root = self._job, self._sched, self._root
+        if job is None or sched is None or not sched.available():
+            return ""
+        flag = sched.switch(not suspended)
         if self.info.job_id == job and self.info.unavailable:
             # Known unreachable: nothing to ask, and no timeout to wait for.
-            return f"slurm job {job}: Requeue not changed: {self.info.unavailable}"
+            return (
+                f"{sched.name} job {job}: {sched.switch_name} not changed: {self.info.unavailable}"
+            )
 
         def mirror() -> str:
             # Replaces the click's whole message line, so it repeats the setting's part.
             try:
-                slurm_admin.verify_job(job, run_root=root, runner=self._runner)
-            except slurm_admin.SlurmUnavailable as exc:  # the run's own setting still holds
-                return f"{requeue_said(suspended)}; slurm job {job}: Requeue={flag} not set: {exc}"
-            except slurm_admin.SlurmError as exc:  # nothing is sent to SLURM unverified
-                raise type(exc)(f"{requeue_said(suspended)}; Requeue not changed: {exc}") from None
-            answer = slurm_admin.mirror_requeue(job, not suspended, runner=self._runner)
+                answer = actions.mirror_requeue(sched, job, allowed=not suspended, run_root=root)
+            except SchedulerError as exc:  # refused: nothing was sent to the scheduler
+                raise type(exc)(f"{requeue_said(suspended)}; {exc}") from None
             return f"{requeue_said(suspended)}; {answer}"
 
         self._queue(mirror)
-        return f"slurm job {job}: asking SLURM to set Requeue={flag} …"
+        return f"{sched.name} job {job}: asking {sched.label} to set {flag} …"
 
-    def _require_job(self) -> str:
-        """The selected run's job, once slurm_admin.verify_job accepts it (yours, and started by
-        this run: its log alone does not decide); SlurmRefused, shown on the page, if not."""
-        # The job's state is not checked here: slurm_admin asks SLURM and refuses (hold of a
-        # running job; scancel --state=PENDING) whatever a stale page showed.
+    def _require_job(self) -> tuple[str, Queue, str]:
+        """The selected run's job, its scheduler and run directory; the action verifies the
+        job (yours, and started by this run: its log alone does not decide) and refuses it,
+        shown on the page, if not."""
+        # The job's state is not checked here: the action asks the scheduler, which refuses
+        # (hold of a running job; scancel --state=PENDING) whatever a stale page showed.
         with self._lock:
-            job, root = self._job, self._root
-        if job is None or root is None:
-            raise ControlError("the selected run has no SLURM job; nothing to ask SLURM")
-        slurm_admin.verify_job(job, run_root=root, runner=self._runner)
-        return job
+            job, sched, root = self._job, self._sched, self._root
+        if job is None or sched is None or root is None:
+            raise ControlError("the selected run has no scheduler job; nothing to ask")
+        return job, sched, root
 
-    def _answered(self, job: str, view: slurm_admin.JobView | None) -> None:
+    def _name(self) -> str:
+        return self._sched.name if self._sched is not None else "scheduler"
+
+    def _label(self) -> str:
+        return self._sched.label if self._sched is not None else "the scheduler"
+
+    def _status(self, job: str | None, **kw: Any) -> JobStatus:
+        sched = self._sched
+        if sched is None:
+            return JobStatus(job, **kw)
+        return JobStatus(job, scheduler=sched.name, label=sched.label, **kw)
+
+    def _answered(self, job: str, view: JobView | None) -> None:
         # On the background thread: shown through the delivery, like a refresh (which follows).
-        self._post(JobStatus(job, asked=True, view=view))
+        self._post(self._status(job, asked=True, view=view))
 
     def _ask_confirmation(self, show: bool) -> None:
         self.confirm_row.visible = show
@@ -257,13 +272,19 @@ class SchedulerPanel(pn.viewable.Viewer):  # type: ignore[misc]
     def _on_run(self, *events: object) -> None:
         """A new snapshot (any run change): follow the selected run's job."""
         run = self.model.run
-        job = None if run is None else slurm_admin.job_of(run.attempts)
+        found = None if run is None else job_of(run.attempts)
+        job = None if found is None else found[1]
+        sched = None if found is None else queue_for(found[0], self._runner)
         with self._lock:
-            changed, self._job = job != self._job, job
+            before = None if self._sched is None else self._sched.name
+            changed = job != self._job or (None if sched is None else sched.name) != before
+            if changed:
+                self._sched = sched
+            self._job = job
             self._root = None if run is None else run.root
         if changed:
             self.confirm_row.visible = False
-            self._show(JobStatus(job))
+            self._show(self._status(job))
             if job is not None:
                 self._start()
                 self._wake.set()
@@ -292,7 +313,7 @@ class SchedulerPanel(pn.viewable.Viewer):  # type: ignore[misc]
     # --- the background thread ---------------------------------------------------------------
 
     def _start(self) -> None:
-        # Only once a SLURM job is selected: other runs never start a thread.
+        # Only once a scheduler's job is selected: other runs never start a thread.
         if self._thread is None and not self._closed.is_set():
             self._thread = threading.Thread(
                 target=self._loop, name="ckptdash-scheduler", daemon=True
@@ -309,7 +330,7 @@ class SchedulerPanel(pn.viewable.Viewer):  # type: ignore[misc]
                 clicked = self._clicked.pop(0) if self._clicked else None
             if clicked is not None:
                 self._say(self.controls.outcome(clicked))
-                self.refresh()  # SLURM's view after the click: it also frees the buttons
+                self.refresh()  # the view after the click: it also frees the buttons
                 continue
             now = time.monotonic()
             if job is not None and (again or job != asked or now >= due):
@@ -322,26 +343,30 @@ class SchedulerPanel(pn.viewable.Viewer):  # type: ignore[misc]
             self._wake.wait(self.interval_s if job is None else max(0.0, due - time.monotonic()))
 
     def ask(self, job: str) -> JobStatus:
-        """SLURM's view of ``job`` now (runs ``scontrol``: call it off the event loop)."""
-        if not slurm_admin.available(self._runner):
-            return JobStatus(job, asked=True, unavailable="scontrol is not on PATH")
-        status = slurm_admin.job_status(job, runner=self._runner)
+        """The scheduler's view of ``job`` now (runs ``scontrol``/``qstat``: call it off the
+        event loop)."""
         with self._lock:
+            sched = self._sched
             root = self._root if self._job == job else None
+        if sched is None:
+            return JobStatus(job, asked=True, unavailable="no scheduler to ask")
+        if not sched.available():
+            return sched.unavailable_status(job, sched.missing())
+        status = sched.job_status(job)
         if status.view is not None and root is not None:
             # The buttons are off for a job the page may not act on; a click is refused anyway.
-            refused = slurm_admin.refusal(status.view, run_root=root)
+            refused = sched.refusal(status.view, run_root=root)
             status = dataclasses.replace(status, refused=refused)
         return status
 
     def refresh(self) -> None:
-        """Ask SLURM again now (the background thread does it)."""
+        """Ask the scheduler again now (the background thread does it)."""
         with self._lock:
             self._again = True
         self._wake.set()
 
     def ready(self) -> None:
-        """The served page has loaded: show SLURM's answers from now on."""
+        """The served page has loaded: show the scheduler's answers from now on."""
         self._post.ready()
         self._say.ready()
 

@@ -24,7 +24,8 @@ there is none), which ``ckptdash status`` prints and the dashboard's SLURM panel
 Every action on a job (``ckptdash watch --on``, the dashboard's buttons, ``ckptdash requeue``)
 first passes :func:`verify_job`: SLURM must say the job runs as the acting user, and a job id
 read from a run's log must be vouched for by a ``run_started`` in a file and folder of the
-run owned by that user (:mod:`ckptdash.ops.job_evidence`); otherwise :class:`SlurmRefused` says why.
+run owned by that user (:mod:`ckptdash.schedulers.evidence`); otherwise :class:`SlurmRefused`
+says why.
 
 Job ids are SLURM's: ``12345``, or ``12345_7`` for one array task (as ckptdash records them).
 Every failure raises :class:`SlurmError` with one line naming the job and the fix;
@@ -41,14 +42,14 @@ import shlex
 import shutil
 import subprocess
 import time
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from collections.abc import Iterable
+from typing import Any
 
 from ckptdash.errors import SlurmError as SlurmError  # raised to callers as slurm_admin.SlurmError
 from ckptdash.errors import SlurmRefused as SlurmRefused
 from ckptdash.errors import SlurmUnavailable as SlurmUnavailable
-from ckptdash.ops import job_evidence
+from ckptdash.schedulers import evidence
+from ckptdash.schedulers.base import JobStatus, JobView, Queue, Runner, subprocess_runner, tail
 
 TIMEOUT_S = 10.0
 """How long one SLURM command may take before it counts as unavailable."""
@@ -88,154 +89,20 @@ _UNAVAILABLE = (
 )
 _UNKNOWN_JOB = "Invalid job id specified"
 _JOB_ID = re.compile(r"^\d+(_\d+)?$")
+_USER_ID = re.compile(r"^(.*)\((\d+)\)$")  # UserId=alice(1001)
 _KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_:/]*)=")
-
-Runner = Callable[[Sequence[str], float], tuple[int, str]]
-"""Runs argv with a timeout; returns (exit status, stdout+stderr). Raises OSError if absent."""
-
-
-@dataclass(frozen=True)
-class JobView:
-    """What SLURM says about one job right now."""
-
-    job_id: str
-    state: str
-    reason: str
-    requeue: bool | None
-    restarts: int | None
-    fields: dict[str, str] = field(default_factory=dict, repr=False)
-
-    @property
-    def pending(self) -> bool:
-        return self.state == "PENDING"
-
-    @property
-    def running(self) -> bool:
-        """Neither waiting in the queue nor ended (RUNNING, SIGNALING, COMPLETING, ...)."""
-        return not self.pending and not self.finished
-
-    @property
-    def finished(self) -> bool:
-        return self.state in FINISHED_STATES
-
-    @property
-    def held(self) -> bool:
-        """Pending with a user or admin hold (``scontrol hold``; released by ``release``)."""
-        return self.pending and self.reason in HOLD_REASONS
-
-    def describe(self) -> str:
-        """One line: ``PENDING (JobHeldAdmin), held, requeue on, restarts 1``."""
-        reason = self.reason
-        parts = [self.state + (f" ({reason})" if reason not in ("", "None") else "")]
-        if self.held:
-            parts.append("held")
-        if self.requeue is not None:
-            parts.append("requeue " + ("on" if self.requeue else "off (Requeue=0)"))
-        if self.restarts is not None:
-            parts.append(f"restarts {self.restarts}")
-        return ", ".join(parts)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "job_id": self.job_id,
-            "state": self.state,
-            "reason": self.reason,
-            "held": self.held,
-            "requeue": self.requeue,
-            "restarts": self.restarts,
-        }
-
-
-@dataclass(frozen=True)
-class JobStatus:
-    """What ckptdash knows about one run's SLURM job: SLURM's view, or why there is none.
-
-    ``ckptdash status`` prints it (:meth:`describe`, :meth:`to_dict` for ``--json``) and the
-    dashboard's SLURM panel shows it; :func:`job_status` asks SLURM for one.
-    """
-
-    job_id: str | None = None
-    """None: not a SLURM run (the dashboard hides its panel)."""
-    asked: bool = False
-    """True once SLURM answered (or said why it cannot) for this job."""
-    view: JobView | None = None
-    """SLURM's view; None when unasked, unavailable, or SLURM no longer knows the job."""
-    unavailable: str = ""
-    """Why SLURM's commands cannot be used from here (then every control is off)."""
-    error: str = ""
-    """Why asking about this one job failed."""
-    refused: str = ""
-    """Why ckptdash will not act on this job (:func:`refusal`): then every control is off."""
-
-    @property
-    def can_hold(self) -> bool:
-        return self._actable and self.view is not None and self.view.pending and not self.view.held
-
-    @property
-    def can_release(self) -> bool:
-        return self._actable and self.view is not None and self.view.held
-
-    @property
-    def can_cancel(self) -> bool:
-        return self._actable and self.view is not None and self.view.pending
-
-    @property
-    def _actable(self) -> bool:
-        return not self.refused
-
-    def key(self) -> tuple[object, ...]:
-        """What is shown (not e.g. RunTime, which changes every second)."""
-        shown = None if self.view is None else tuple(self.view.to_dict().items())
-        return (self.job_id, self.asked, shown, self.unavailable, self.error, self.refused)
-
-    def describe(self) -> str:
-        """``ckptdash status``'s line: ``scheduler: slurm job 77: PENDING (...), held, ...``."""
-        head = f"scheduler: slurm job {self.job_id}: "
-        if self.unavailable or self.error:
-            return head + f"unknown here ({self.unavailable or self.error})"
-        if self.view is None:
-            return head + "no longer known to SLURM (ended and purged)"
-        return head + self.view.describe()
-
-    def to_dict(self) -> dict[str, Any]:
-        """``ckptdash status --json``'s ``scheduler``: ``{"scheduler": "slurm", "job_id",
-        "known": bool, "state", "reason", "held", "requeue", "restarts"}``, or ``{"scheduler",
-        "job_id", "error": "..."}`` when SLURM could not be asked."""
-        base: dict[str, Any] = {"scheduler": "slurm", "job_id": self.job_id}
-        if self.unavailable or self.error:
-            return {**base, "error": self.unavailable or self.error}
-        if self.view is None:
-            return {**base, "known": False}
-        return {**base, "known": True, **self.view.to_dict()}
 
 
 def job_status(job_id: str, *, runner: Runner | None = None) -> JobStatus:
     """SLURM's view of ``job_id`` now, or why it cannot be had (runs ``scontrol``)."""
-    try:
-        view = job_view(job_id, runner=runner)
-    except SlurmUnavailable as exc:
-        return JobStatus(job_id, asked=True, unavailable=str(exc))
-    except SlurmError as exc:
-        return JobStatus(job_id, asked=True, error=str(exc))
-    return JobStatus(job_id, asked=True, view=view)
+    return SlurmQueue(runner).job_status(job_id)
 
 
-class Attempt(Protocol):
-    """What :func:`job_of` reads of an attempt (:class:`ckptdash.state.AttemptInfo`)."""
-
-    @property
-    def attempt(self) -> int: ...
-    @property
-    def scheduler(self) -> str: ...
-    @property
-    def job_id(self) -> str | None: ...
-
-
-def job_of(attempts: Iterable[Attempt]) -> str | None:
+def job_of(attempts: Iterable[Any]) -> str | None:
     """The SLURM job id of the newest attempt that recorded one (array task: ``J_T``)."""
     for a in sorted(attempts, key=lambda a: a.attempt, reverse=True):
         if a.scheduler == "slurm" and a.job_id:
-            return a.job_id
+            return str(a.job_id)
     return None
 
 
@@ -281,12 +148,17 @@ def job_view(job_id: str, *, runner: Runner | None = None) -> JobView | None:
         raise SlurmError(f"slurm job {job}: `scontrol show job` printed no JobState: {_tail(out)}")
     requeue = fields.get("Requeue")
     restarts = fields.get("Restarts", "")
+    state, reason = fields["JobState"], fields.get("Reason", "")
     return JobView(
         job_id=job,
-        state=fields["JobState"],
-        reason=fields.get("Reason", ""),
+        state=state,
+        reason=reason,
         requeue=None if requeue not in ("0", "1") else requeue == "1",
         restarts=int(restarts) if restarts.isdigit() else None,
+        pending=state == "PENDING",
+        held=state == "PENDING" and reason in HOLD_REASONS,
+        finished=state in FINISHED_STATES,
+        requeue_off="off (Requeue=0)",
         fields=fields,
     )
 
@@ -306,7 +178,7 @@ def verify_job(
       of this process): ckptdash never uses an operator's rights on someone else's job;
     * with ``run_root`` (the job id was read from that run's log), the run itself started the
       job: a ``run_started`` naming it opens a rank-0 event file owned by the job's user, in an
-      ``events/`` folder owned by the job's user (see :mod:`ckptdash.ops.job_evidence`). A group
+      ``events/`` folder owned by the job's user (see :mod:`ckptdash.schedulers.evidence`). A group
       member can write a log naming any job, but cannot make a file that the owner owns.
 
     ``run_root=None`` is for a job the user named on the command line (``--job``): only the
@@ -325,7 +197,20 @@ def verify_job(
 def refusal(view: JobView, *, run_root: str | os.PathLike[str] | None = None) -> str:
     """Why ckptdash may not act on the job SLURM described as ``view`` ("" when it may): the
     rule of :func:`verify_job`, for a view already asked for (the dashboard's refresh)."""
-    return job_evidence.refusal(view.job_id, view.fields, run_root)
+    job, fields = view.job_id, view.fields
+    array = f"{fields.get('ArrayJobId', '')}_{fields.get('ArrayTaskId', '')}"
+    if job not in (fields.get("JobId"), array):
+        return (
+            f"slurm job {job}: `scontrol show job {job}` answered about job"
+            f" {fields.get('JobId', '?')}: not acting on it"
+        )
+    match = _USER_ID.match(fields.get("UserId", ""))
+    if match is None:
+        return (
+            f"slurm job {job}: SLURM did not say whose job it is (UserId"
+            f" {fields.get('UserId', 'missing')!r}): not acting on it"
+        )
+    return evidence.refusal("slurm", job, match.group(1), int(match.group(2)), run_root)
 
 
 def hold(job_id: str, *, runner: Runner | None = None) -> JobView:
@@ -462,7 +347,7 @@ def _must(argv: list[str], runner: Runner | None, job: str) -> str:
 
 
 def _call(argv: list[str], runner: Runner | None) -> tuple[int, str]:
-    run = runner if runner is not None else _subprocess_runner
+    run = runner if runner is not None else subprocess_runner
     try:
         rc, out = run(argv, TIMEOUT_S)
     except FileNotFoundError:
@@ -485,13 +370,51 @@ def _call(argv: list[str], runner: Runner | None) -> tuple[int, str]:
     return rc, out
 
 
-def _subprocess_runner(argv: Sequence[str], timeout_s: float) -> tuple[int, str]:
-    proc = subprocess.run(
-        list(argv), capture_output=True, text=True, timeout=timeout_s, check=False
-    )
-    return proc.returncode, (proc.stdout + proc.stderr).strip()
-
-
 def _tail(out: str) -> str:
-    lines = [line.strip() for line in out.strip().splitlines() if line.strip()]
-    return (lines[-1] if lines else "no output")[-300:]
+    return tail(out)
+
+
+class SlurmQueue(Queue):
+    """SLURM's login-node side behind :class:`~ckptdash.schedulers.base.Queue`."""
+
+    name = "slurm"
+    label = "SLURM"
+    hold_command = "scontrol hold"
+    release_command = "scontrol release"
+    cancel_command = "scancel --state=PENDING"
+    switch_name = "Requeue"
+
+    def available(self) -> bool:
+        return available(self.runner)
+
+    def missing(self) -> str:
+        return "scontrol is not on PATH"
+
+    def switch(self, allowed: bool) -> str:
+        return "Requeue=1" if allowed else "Requeue=0"
+
+    def check_job_id(self, job_id: str) -> str:
+        return check_job_id(job_id)
+
+    def job_view(self, job_id: str) -> JobView | None:
+        return job_view(job_id, runner=self.runner)
+
+    def refusal(self, view: JobView, *, run_root: str | os.PathLike[str] | None = None) -> str:
+        return refusal(view, run_root=run_root)
+
+    def verify_job(
+        self, job_id: str, *, run_root: str | os.PathLike[str] | None = None
+    ) -> JobView | None:
+        return verify_job(job_id, run_root=run_root, runner=self.runner)
+
+    def hold(self, job_id: str) -> JobView:
+        return hold(job_id, runner=self.runner)
+
+    def release(self, job_id: str) -> JobView:
+        return release(job_id, runner=self.runner)
+
+    def cancel_pending(self, job_id: str) -> JobView | None:
+        return cancel_pending(job_id, runner=self.runner)
+
+    def mirror_requeue(self, job_id: str, allowed: bool) -> str:
+        return mirror_requeue(job_id, allowed, runner=self.runner)

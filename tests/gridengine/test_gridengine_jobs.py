@@ -1,0 +1,282 @@
+"""Real Grid Engine jobs through every action a job meets there (tests/gridengine/conftest.py
+starts the cell; docs/gridengine.md is written from what these show).
+
+All scenarios start together when the first test asks (a thread each) and the tests assert on
+their outcomes, so the tier costs about its longest scenario, not their sum.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.gridengine.conftest import Cell, Scenarios, events, kinds, steps_reached
+
+RUN = 'exec $PY $JOBPY "{run}" --max-steps {steps} --step-time 0.1 {extra}\n'
+
+
+def _run(cell: Cell, name: str) -> Path:
+    return cell.base / name
+
+
+def reschedule(cell: Cell) -> dict[str, Any]:
+    """qmod -rj of a -notify job: USR2, a signal save, the rerun resumes from it."""
+    run = _run(cell, "reschedule")
+    job = cell.submit(RUN.format(run=run, steps=600, extra=""), "-notify", "-r", "y")
+    # Well into training: a reschedule pushed while the cell starts the other scenarios' jobs
+    # was once never carried out (no signal; the job ran on and was not rerun).
+    cell.wait("training", steps_reached(run, 60), 180)
+    said = cell.q("qmod", "-rj", job)
+    cell.gone(job, 240)
+    return {"job": job, "said": said, "state": cell.state(job)}
+
+
+def qdel(cell: Cell) -> dict[str, Any]:
+    """qdel of a -notify job: the same USR2, but a cancel: saved, not requeued."""
+    run = _run(cell, "qdel")
+    job = cell.submit(RUN.format(run=run, steps=400, extra=""), "-notify", "-r", "y")
+    cell.wait("training", steps_reached(run, 5))
+    cell.q("qdel", job)
+    cell.gone(job)
+    return {"job": job}
+
+
+def suspend(cell: Cell) -> dict[str, Any]:
+    """qmod -sj of a -notify job: USR1 first (its default action would end Python), then
+    SIGSTOP; qmod -usj: it goes on and finishes in its one attempt."""
+    run = _run(cell, "suspend")
+    job = cell.submit(RUN.format(run=run, steps=250, extra=""), "-notify", "-r", "y")
+    cell.wait("training", steps_reached(run, 5))
+    cell.q("qmod", "-sj", job)
+    cell.wait("the job suspended", lambda: "s" in (cell.state(job) or ""), 60)
+    cell.q("qmod", "-usj", job)
+    cell.gone(job, 200)
+    return {"job": job}
+
+
+def exit99(cell: Cell) -> dict[str, Any]:
+    """A job that saves and exits 99 on its first run: Grid Engine reruns it, it resumes."""
+    run = _run(cell, "exit99")
+    body = (
+        f'$PY $JOBPY "{run}" --max-steps 30 --step-time 0.1 --stop-at 10; rc=$?\n'
+        '[ "$RESTARTED" = 0 ] && [ $rc = 0 ] && exit 99\nexit $rc\n'
+    )
+    job = cell.submit(body, "-r", "n")
+    cell.gone(job)
+    return {"job": job}
+
+
+def soft_limit(cell: Cell) -> dict[str, Any]:
+    """s_rt sends USR1 at the soft limit; mapped to requeue it is a save and a reschedule.
+    (The limits leave room for the job's start-up on a loaded machine: a signal before
+    ckptdash's handlers are in place gets Python's default action.)"""
+    run = _run(cell, "soft")
+    job = cell.submit(
+        RUN.format(run=run, steps=300, extra="--usr1-requeue"),
+        "-notify",
+        "-r",
+        "y",
+        "-l",
+        "s_rt=25",
+    )
+    cell.gone(job, 200)
+    return {"job": job}
+
+
+def hard_limit(cell: Cell) -> dict[str, Any]:
+    """h_rt with -notify: USR2 at the limit, the kill after the notify time."""
+    run = _run(cell, "hard")
+    job = cell.submit(
+        RUN.format(run=run, steps=300, extra=""), "-notify", "-r", "y", "-l", "h_rt=30"
+    )
+    cell.gone(job, 200)
+    return {"job": job}
+
+
+def hold_release(cell: Cell) -> dict[str, Any]:
+    """A requeued job waiting held (hRq): ckptdash requeue --hold/--release act through
+    qhold/qrls on the run's own Grid Engine job; released, it resumes and finishes."""
+    run = _run(cell, "hold")
+    job = cell.submit(RUN.format(run=run, steps=300, extra=""), "-notify", "-r", "y")
+    cell.wait("training", steps_reached(run, 5))
+    cell.q("qhold", job)  # a hold on a running job applies to its next run
+    cell.q("qmod", "-rj", job)
+    cell.wait("the job rescheduled and held", lambda: cell.state(job) == "hRq", 60)
+    held = cell.ckptdash("requeue", str(run), "--hold")
+    status = cell.ckptdash("status", str(run), "--json")
+    released = cell.ckptdash("requeue", str(run), "--release")
+    cell.gone(job)
+    return {"job": job, "held": held, "released": released, "status": status}
+
+
+def cancel_pending(cell: Cell) -> dict[str, Any]:
+    """A requeued job waiting held: --cancel-pending --yes removes it with qdel."""
+    run = _run(cell, "cancel")
+    job = cell.submit(RUN.format(run=run, steps=400, extra=""), "-notify", "-r", "y")
+    cell.wait("training", steps_reached(run, 5))
+    cell.q("qhold", job)
+    cell.q("qmod", "-rj", job)
+    cell.wait("the job rescheduled and held", lambda: cell.state(job) == "hRq", 60)
+    cancelled = cell.ckptdash("requeue", str(run), "--cancel-pending", "--yes")
+    cell.gone(job, 30)
+    return {"job": job, "cancelled": cancelled}
+
+
+def suspend_requeue(cell: Cell) -> dict[str, Any]:
+    """requeue --suspend also sets -r n: Grid Engine itself refuses qmod -rj; --resume -r y."""
+    run = _run(cell, "suspend_requeue")
+    job = cell.submit(RUN.format(run=run, steps=600, extra=""), "-notify", "-r", "y")
+    cell.wait("training", steps_reached(run, 5))
+    suspended = cell.ckptdash("requeue", str(run), "--suspend")
+    refused = cell.q("qmod", "-rj", job, check=False)
+    resumed = cell.ckptdash("requeue", str(run), "--resume")
+    cell.gone(job)
+    return {"job": job, "suspended": suspended, "refused": refused, "resumed": resumed}
+
+
+SCENARIOS: dict[str, Callable[[Cell], dict[str, Any]]] = {
+    f.__name__: f
+    for f in (
+        qdel,
+        suspend,
+        exit99,
+        soft_limit,
+        hard_limit,
+        hold_release,
+        cancel_pending,
+        suspend_requeue,
+        reschedule,
+    )
+}
+
+
+@pytest.fixture(scope="module")
+def scenarios(sge_cell: Cell) -> Iterator[Scenarios]:
+    with ThreadPoolExecutor(len(SCENARIOS)) as pool:
+        runner = Scenarios(sge_cell, pool)
+        for name, scenario in SCENARIOS.items():
+            runner.running[name] = pool.submit(scenario, sge_cell)
+        yield runner
+
+
+def attempts(run: Path) -> dict[int, dict[str, Any]]:
+    """attempt -> {"started", "finished": the run_finished or None, "first_step"}."""
+    out: dict[int, dict[str, Any]] = {}
+    for e in events(run):
+        if e["rank"] != 0:
+            continue
+        a = out.setdefault(e["attempt"], {"finished": None, "saves": []})
+        if e["kind"] == "run_finished":
+            a["finished"] = e
+        if e["kind"] == "checkpoint_saved":
+            a["saves"].append(e)
+    return out
+
+
+def _finished_in(run: Path, attempt: int) -> None:
+    got = attempts(run)
+    assert sorted(got) == list(range(attempt + 1)), got
+    end = got[attempt]["finished"]
+    assert end is not None and end["reason"] not in ("preempted", "terminated"), got
+
+
+def test_reschedule_saves_on_usr2_and_the_rerun_resumes(scenarios: Scenarios) -> None:
+    """qmod -rj: the job's SIGUSR2 is a preemption: saved, rescheduled, resumed, finished."""
+    out = scenarios.outcome("reschedule")
+    run = scenarios.cell.base / "reschedule"
+    got = attempts(run)
+    assert any(s.get("trigger") == "signal" for s in got[0]["saves"]), (out, got)
+    _finished_in(run, 1)
+    started = next(e for e in kinds(run, "run_started") if e["attempt"] == 1)
+    assert started["scheduler"] == "gridengine"
+
+
+def test_a_qdel_is_recorded_as_a_cancel_not_a_requeue(scenarios: Scenarios) -> None:
+    """qdel sends the same SIGUSR2: saved, no requeue, the attempt terminated (on the original
+    code: `qmod -rj` answered "already in deleted state" with exit 0 and a requeue was
+    recorded as issued)."""
+    scenarios.outcome("qdel")
+    run = scenarios.cell.base / "qdel"
+    assert kinds(run, "requeue_issued") == []
+    skipped = kinds(run, "requeue_skipped")
+    assert skipped and "being deleted" in skipped[0]["reason"], skipped
+    got = attempts(run)
+    assert sorted(got) == [0]
+    assert got[0]["finished"]["reason"] == "terminated"
+    assert any(s.get("trigger") == "signal" for s in got[0]["saves"])
+
+
+def test_a_suspend_with_notify_does_not_kill_the_job(scenarios: Scenarios) -> None:
+    """qmod -sj sends SIGUSR1 first: recorded, not Python's default action (exit 138 on the
+    original code); after qmod -usj the one attempt finishes."""
+    scenarios.outcome("suspend")
+    run = scenarios.cell.base / "suspend"
+    assert any(e.get("signal") == "SIGUSR1" for e in kinds(run, "signal_received"))
+    _finished_in(run, 0)
+
+
+def test_exit_99_reruns_the_job_and_it_resumes(scenarios: Scenarios) -> None:
+    """Grid Engine's own requeue: exit 99 reruns the job (even with -r n); it resumes."""
+    scenarios.outcome("exit99")
+    run = scenarios.cell.base / "exit99"
+    _finished_in(run, 1)
+    assert (run.parent / "exit99.report-0.json").read_text().count('"first_step": 11')
+
+
+def test_a_soft_limit_mapped_to_requeue_saves_and_reschedules(scenarios: Scenarios) -> None:
+    """s_rt: SIGUSR1 at the soft limit; with USR1 = requeue, qmod -rj is issued and the rerun
+    resumes (each rerun meets the soft limit again, until one finishes)."""
+    scenarios.outcome("soft_limit")
+    run = scenarios.cell.base / "soft"
+    issued = kinds(run, "requeue_issued")
+    assert issued and issued[0]["command"].startswith("qmod -rj"), kinds(run, "requeue_skipped")
+    got = attempts(run)
+    assert len(got) >= 2
+    _finished_in(run, max(got))
+    resumed = [e for e in kinds(run, "run_started") if e["attempt"] >= 1]
+    assert resumed
+
+
+def test_the_hard_limit_warning_is_a_preemption_to_save_on(scenarios: Scenarios) -> None:
+    """h_rt with -notify: SIGUSR2 at the limit: a signal save, and a reschedule the rerun
+    resumes from (qmod -rj is accepted before the kill)."""
+    scenarios.outcome("hard_limit")
+    run = scenarios.cell.base / "hard"
+    got = attempts(run)
+    assert any(s.get("trigger") == "signal" for s in got[0]["saves"]), got
+    assert kinds(run, "requeue_issued") or kinds(run, "requeue_skipped")
+
+
+def test_hold_and_release_of_the_runs_requeued_job(scenarios: Scenarios) -> None:
+    """--hold / --release on a rescheduled job waiting held: qhold (already held), qrls; the
+    job reruns and finishes; status --json's "scheduler" is Grid Engine's view."""
+    out = scenarios.outcome("hold_release")
+    job = out["job"]
+    assert out["held"].returncode == 0, out["held"].stderr
+    assert f"gridengine job {job}: held (hRq, held" in out["held"].stdout
+    assert '"scheduler": "gridengine"' in out["status"].stdout, out["status"].stdout
+    assert f"gridengine job {job}: released" in out["released"].stdout, out["released"]
+    _finished_in(scenarios.cell.base / "hold", 1)
+
+
+def test_cancel_pending_removes_the_waiting_job(scenarios: Scenarios) -> None:
+    """--cancel-pending --yes: qdel of the job only while it waits; the run keeps its save."""
+    out = scenarios.outcome("cancel_pending")
+    assert out["cancelled"].returncode == 0, out["cancelled"].stderr
+    assert "cancelled while pending" in out["cancelled"].stdout
+    assert sorted(attempts(scenarios.cell.base / "cancel")) == [0]
+
+
+def test_suspend_requeue_switches_the_jobs_r_flag(scenarios: Scenarios) -> None:
+    """requeue --suspend runs qalter -r n and says so: Grid Engine refuses the reschedule
+    (on the original code it rescheduled the job anyway); --resume sets -r y again."""
+    out = scenarios.outcome("suspend_requeue")
+    job = out["job"]
+    assert f"qalter -r n {job}" in out["suspended"].stdout, out["suspended"]
+    assert "not restartable" in out["refused"], out["refused"]
+    assert f"qalter -r y {job}" in out["resumed"].stdout, out["resumed"]
+    _finished_in(scenarios.cell.base / "suspend_requeue", 0)
