@@ -115,10 +115,16 @@ def _point_latest(folder: Path, tag: str) -> None:
 
 
 def _rotate(monitor: Monitor, folder: Path, keep_last: int, keep: set[str]) -> None:
-    """Remove the oldest published tag directories of ``folder`` beyond ``keep_last``."""
+    """Remove the oldest published tag directories of ``folder`` beyond ``keep_last`` (a link
+    is never one: ckptdash published real directories, and removing through a link would reach
+    outside the folder)."""
     resumed = monitor.resume_choice.path
     tags = sorted(
-        (p for p in folder.iterdir() if p.is_dir() and (p / MANIFEST_NAME).is_file()),
+        (
+            p
+            for p in folder.iterdir()
+            if not p.is_symlink() and p.is_dir() and (p / MANIFEST_NAME).is_file()
+        ),
         key=lambda p: (p / MANIFEST_NAME).stat().st_mtime_ns,
     )
     for old in tags[: max(0, len(tags) - keep_last)]:

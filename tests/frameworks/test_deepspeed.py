@@ -15,6 +15,7 @@ cost.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import time
 from collections.abc import Iterator
@@ -30,7 +31,7 @@ require("deepspeed")
 from ckptdash.resume import check_checkpoint
 from ckptdash.rundir import manifest
 from ckptdash.state.reading import load_state
-from tests.frameworks.conftest import DEEPSPEED_COSTS
+from tests.frameworks.conftest import DEEPSPEED_COSTS, clear_stale_build_locks
 from tests.frameworks.launch import torchrun2
 from tests.slurm.harness import read_events
 from tests.train.test_distributed import job_env, launch
@@ -142,3 +143,18 @@ def test_lightnings_deepspeed_strategy_on_cpu_saves_resumes_and_skips_a_killed_s
     partial = [c for c in state.checkpoints.values() if c.step > saved]
     assert partial and all(c.status != "saved" for c in partial)
     assert state.attempts[2].outcome == "finished"
+
+
+def test_a_build_lock_nobody_holds_is_cleared_one_held_open_stays(tmp_path: Path) -> None:
+    """torch's build lock left by a killed build (no process has it open) is removed, so the
+    next DeepSpeed start does not wait on it forever; a lock a live build holds open stays."""
+    stale, live = tmp_path / "py311_cpu" / "a" / "lock", tmp_path / "py311_cpu" / "b" / "lock"
+    for lock in (stale, live):
+        lock.parent.mkdir(parents=True)
+        lock.touch()
+    fd = os.open(live, os.O_RDONLY)  # as torch's FileBaton keeps it while building
+    try:
+        assert clear_stale_build_locks(tmp_path) == [stale]
+    finally:
+        os.close(fd)
+    assert not stale.exists() and live.exists()
