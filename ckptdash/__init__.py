@@ -9,8 +9,9 @@ move between releases):
   :func:`goodput`, :func:`write_sample_run`; see :mod:`ckptdash.read`), :func:`dashboard`
   and the exceptions (all of :mod:`ckptdash.errors` derive from :class:`CkptDashError`).
 * ``ckptdash.lightning``, ``ckptdash.fabric``, ``ckptdash.hf``, ``ckptdash.accelerate``,
-  ``ckptdash.dcp``, ``ckptdash.submitit`` — one module per framework; each imports its
-  framework, so each loads only when first named (``ckptdash.hf.CkptDashCallback``).
+  ``ckptdash.dcp``, ``ckptdash.deepspeed``, ``ckptdash.submitit`` — one module per
+  framework; each imports its framework, so each loads only when first named
+  (``ckptdash.hf.CkptDashCallback``).
 * ``ckptdash.dash`` — the dashboard (Panel), for notebooks and ``panel serve``.
 * ``ckptdash.events`` — for readers and writers of the run-directory format
   (docs/format.md): every record, and the lenient reader.
@@ -85,6 +86,7 @@ PUBLIC_MODULES = (
     "ckptdash.control",
     "ckptdash.dash",
     "ckptdash.dcp",
+    "ckptdash.deepspeed",
     "ckptdash.events",
     "ckptdash.fabric",
     "ckptdash.hf",
@@ -96,7 +98,9 @@ PUBLIC_MODULES = (
 
 # The framework modules import their framework; they load when first named
 # (``ckptdash.hf.CkptDashCallback``), so ``import ckptdash`` stays light.
-_FRAMEWORK_MODULES = frozenset({"accelerate", "dcp", "fabric", "hf", "lightning", "submitit"})
+_FRAMEWORK_MODULES = frozenset(
+    {"accelerate", "dcp", "deepspeed", "fabric", "hf", "lightning", "submitit"}
+)
 
 
 def __getattr__(name: str) -> Any:

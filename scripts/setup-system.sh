@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Installs the Debian packages the SLURM, Grid Engine, browser and TLS test tiers need, when run
-# as root. Grid Engine's packages are preseeded (cell "default", this host as master) and kept
+# Installs the Debian packages the SLURM, Grid Engine, browser, TLS and DeepSpeed test tiers
+# need, when run as root (g++: DeepSpeed compiles its CPU shared-memory collective at its first
+# start). Grid Engine's packages are preseeded (cell "default", this host as master) and kept
 # from starting daemons: tests/gridengine/start.sh starts them by pid, without systemd.
 # Anyone else gets one line saying what to install; in CI (CI=true) that is an error,
 # because every tier must run there.
 set -euo pipefail
-packages=(slurmctld slurmd slurm-client munge chromium openssl
+packages=(slurmctld slurmd slurm-client munge chromium openssl g++
           gridengine-master gridengine-exec gridengine-client)
 missing=()
 for p in "${packages[@]}"; do

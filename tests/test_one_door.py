@@ -40,6 +40,7 @@ ALLOWED: Final[dict[tuple[str, str, str], str]] = {
     ("cli/demo.py", "_holds_a_run", ".iterdir"): "the demo's own folder: is anything there",
     ("cli/demo.py", "_train", "open"): "the demo's own log file, in a folder the demo made",
     ("control/command_file.py", "_listing", "os.listdir"): _LISTING,
+    ("deepspeed.py", "_rotate", ".iterdir"): "DeepSpeed's own save folder: names only",
     ("dash/access.py", "read_secret_file", "os.open"): (
         f"{_NOT_A_RUN}: the server's token/password file (O_NOFOLLOW, mode checked)"
     ),
@@ -71,6 +72,8 @@ ALLOWED: Final[dict[tuple[str, str, str], str]] = {
     ("tail/__init__.py", "RunTailer._event_file_names", "os.listdir"): _LISTING,
     ("tail/commands.py", "_listing", "os.listdir"): _LISTING,
     ("tail/pulses.py", "PulseRecords.poll", "os.scandir"): _LISTING,
+    ("train/agent.py", "_cmdline", ".read_bytes"): f"{_NOT_A_RUN}: /proc",
+    ("train/agent.py", "caught_signals", ".read_text"): f"{_NOT_A_RUN}: /proc",
     ("train/hf_loggers.py", "purge_tensorboard", ".iterdir"): "TensorBoard's folder: names only",
     ("train/node_pulses.py", "NodePulses._members", "os.scandir"): (
         f"{_NOT_A_RUN}: the node folder in /dev/shm, the job user's (0700, checked)"

@@ -31,9 +31,13 @@ def test_framework_modules_load_when_first_named() -> None:
         "import ckptdash; "
         "print(ckptdash.hf.CkptDashCallback.__name__, ckptdash.dcp.save.__name__,"
         " ckptdash.accelerate.save_state.__name__, ckptdash.submitit.preemptible.__name__,"
-        " ckptdash.lightning.CkptDashCallback.__name__, ckptdash.fabric.FabricMonitor.__name__)"
+        " ckptdash.lightning.CkptDashCallback.__name__, ckptdash.fabric.FabricMonitor.__name__,"
+        " ckptdash.deepspeed.save_checkpoint.__name__)"
     )
-    assert names == "CkptDashCallback save save_state preemptible CkptDashCallback FabricMonitor"
+    assert names == (
+        "CkptDashCallback save save_state preemptible CkptDashCallback FabricMonitor"
+        " save_checkpoint"
+    )
 
 
 def test_public_surface_is_pinned() -> None:
@@ -84,6 +88,7 @@ def test_every_exception_derives_from_ckptdash_error() -> None:
         "accelerate",
         "dash",
         "dcp",
+        "deepspeed",
         "demo_train",
         "hf",
         "lightning",

@@ -26,7 +26,6 @@ from ckptdash.lightning.checkpoint_io import (
     TaggingCheckpointIO,
     flush_async,
     record_written,
-    writes_shards,
 )
 from ckptdash.lightning.compat import (
     AsyncCheckpointIO,
@@ -44,6 +43,7 @@ from ckptdash.lightning.links import claim_lasts, follow_links, make_lasts
 from ckptdash.lightning.loggers import TrainerLoggers, install_fit_hook
 from ckptdash.lightning.resume import hook_resume
 from ckptdash.lightning.signals import take_signals_over
+from ckptdash.lightning.strategies import record_outside_io, replaces_save, writes_shards
 from ckptdash.rundir import RunDir
 from ckptdash.schedulers.base import Scheduler
 from ckptdash.train import submitit_job
@@ -248,27 +248,45 @@ class CkptDashCallback(pl.Callback):
             trainer.strategy.checkpoint_io = RecordingCheckpointIO(io, session, self, saver)
 
     def _record_sharded_saves(self, trainer: Any, session: Session) -> None:
-        # FSDP (sharded), ModelParallel (distributed checkpoint) and DeepSpeed write a
-        # directory of shards themselves, on every rank, without the CheckpointIO.
+        # DeepSpeed, FSDP (sharded) and ModelParallel (distributed checkpoint) write a
+        # directory of shards themselves, on every rank, without the CheckpointIO; any other
+        # strategy with its own save_checkpoint is watched (ckptdash.lightning.strategies).
         strategy = trainer.strategy
         original = strategy.save_checkpoint
-        if not writes_shards(strategy) or getattr(original, "_ckptdash", False):
+        if getattr(original, "_ckptdash", False):
             return
+        if writes_shards(strategy):
 
-        def save_checkpoint(
-            checkpoint: dict[str, Any], filepath: Any, storage_options: Any | None = None
-        ) -> None:
-            # The strategy returns on rank 0 after every rank's shards are written (the
-            # distributed save ends in a gather): rank 0 fsyncs them all and records the save.
-            record_written(
-                session,
-                self,
-                checkpoint,
-                filepath,
-                lambda: original(checkpoint, filepath, storage_options),
-                lead=session.rank == 0,
-            )
+            def save_checkpoint(
+                checkpoint: dict[str, Any], filepath: Any, storage_options: Any | None = None
+            ) -> None:
+                # The strategy returns on rank 0 after every rank's shards are written (the
+                # distributed save ends in a gather): rank 0 fsyncs them all and records it.
+                record_written(
+                    session,
+                    self,
+                    checkpoint,
+                    filepath,
+                    lambda: original(checkpoint, filepath, storage_options),
+                    lead=session.rank == 0,
+                )
 
+        elif replaces_save(strategy):
+
+            def save_checkpoint(
+                checkpoint: dict[str, Any], filepath: Any, storage_options: Any | None = None
+            ) -> None:
+                record_outside_io(
+                    session,
+                    self,
+                    strategy,
+                    checkpoint,
+                    filepath,
+                    lambda: original(checkpoint, filepath, storage_options),
+                )
+
+        else:
+            return
         save_checkpoint._ckptdash = True  # type: ignore[attr-defined]
         strategy.save_checkpoint = save_checkpoint
 

@@ -59,10 +59,13 @@ class RecordingCheckpointIO(CheckpointIO):
         self.callback = callback
         self.saver = saver
         """ckptdash's own background saves (``async_save=True``): stage here, persist later."""
+        self.saves_seen = 0
+        """How many saves reached this IO: a strategy's own save that did not is recorded apart."""
 
     def save_checkpoint(
         self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None
     ) -> None:
+        self.saves_seen += 1
         if is_spawn_handover(path):
             # ddp_spawn hands the final weights to its launcher through a temp file that the
             # launcher deletes at once: not a checkpoint anyone can resume from.
@@ -259,15 +262,6 @@ def stamp(session: Session, callback: SaveSource, checkpoint: dict[str, Any]) ->
     return checkpoint.setdefault(META_KEY, session.metadata(callback.trigger_now()))
 
 
-def writes_shards(strategy: Any) -> bool:
-    """Whether ``strategy`` saves a directory of shards itself instead of through its IO."""
-    return (
-        getattr(strategy, "_state_dict_type", None) == "sharded"  # FSDPStrategy
-        or getattr(strategy, "_save_distributed_checkpoint", False) is True  # ModelParallel
-        or type(strategy).__name__ == "DeepSpeedStrategy"
-    )
-
-
 def flush_async(io: Any) -> None:
     """Wait for the saves an AsyncCheckpointIO queued (re-raise a failed one), or ckptdash's
     own background saves (their failures are events; the next save raises them)."""
@@ -290,6 +284,7 @@ class TaggingCheckpointIO(RecordingCheckpointIO):
     def save_checkpoint(
         self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None
     ) -> None:
+        self.saves_seen += 1
         stamp(self.session, self.callback, checkpoint)
         declare_dir_of(self.session, path)  # here, not in the worker thread
         self.inner.save_checkpoint(checkpoint, path, storage_options=storage_options)

@@ -6,9 +6,13 @@ from __future__ import annotations
 __all__ = [
     "AsyncCheckpointIO",
     "CheckpointIO",
+    "DeepSpeedStrategy",
     "EarlyStopping",
+    "FSDPStrategy",
     "ModelCheckpoint",
+    "ModelParallelStrategy",
     "OnExceptionCheckpoint",
+    "Strategy",
     "TorchCheckpointIO",
     "pl",
 ]
@@ -17,6 +21,12 @@ try:
     import lightning.pytorch as pl
     from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint, OnExceptionCheckpoint
     from lightning.pytorch.plugins.io import AsyncCheckpointIO, CheckpointIO, TorchCheckpointIO
+    from lightning.pytorch.strategies import (
+        DeepSpeedStrategy,
+        FSDPStrategy,
+        ModelParallelStrategy,
+        Strategy,
+    )
 except ImportError:  # pragma: no cover - exercised only where the old package name is installed
     # The old package name ships the same classes; mypy sees them as distinct types.
     import pytorch_lightning as pl  # type: ignore[no-redef,unused-ignore]
@@ -29,4 +39,10 @@ except ImportError:  # pragma: no cover - exercised only where the old package n
         AsyncCheckpointIO,
         CheckpointIO,
         TorchCheckpointIO,
+    )
+    from pytorch_lightning.strategies import (  # type: ignore[assignment,unused-ignore]
+        DeepSpeedStrategy,
+        FSDPStrategy,
+        ModelParallelStrategy,
+        Strategy,
     )

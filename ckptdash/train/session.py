@@ -51,12 +51,12 @@ from ckptdash.train.attempts import attempt_number
 from ckptdash.train.cadence import Cadence
 from ckptdash.train.commands import Commands
 from ckptdash.train.config import SignalAction, TrainConfig
-from ckptdash.train.decision import ACTION_CODE, REQUEUE, Decision, Pending, decide
+from ckptdash.train.decision import ACTION_CODE, Decision, Pending, decide
 from ckptdash.train.fresh import consume_fresh_request, fresh_start
 from ckptdash.train.guard import Claimant, RunGuard, refuse_to_start
+from ckptdash.train.intake import SignalIntake
 from ckptdash.train.pulse import Pulser
 from ckptdash.train.recovery import recover
-from ckptdash.train.signals import SignalRecorder
 
 SIGNAL_STOPS: list[str] = []
 """Why each signal stop in this process stopped training (``preempted``, ``terminated``): a
@@ -96,10 +96,9 @@ class Session:
         self._writer: EventWriter | None = None
         if self.rank == 0:
             self._writer = EventWriter(self.run, attempt=self.attempt, rank=0, host=self.host)
-        # The scheduler's meanings (Grid Engine's USR1) under the user's: never a default action.
-        wanted = {**self.scheduler.signals, **config.signals}.items()
-        self._actions = {"SIG" + n.upper().removeprefix("SIG"): a for n, a in wanted}
-        self.signals = SignalRecorder(list(self._actions))
+        self._intake = SignalIntake(self.scheduler.signals, config.signals)
+        self._actions = self._intake.actions
+        self.signals = self._intake.recorder
         self.step = 0
         self.epoch: int | None = None
         # The one pending decision, read by Monitor and the Lightning callback alike.
@@ -224,15 +223,13 @@ class Session:
     def also_handle(self, name: str, action: SignalAction) -> None:
         """Handle signal ``name`` with ``action`` too (before the handlers are installed), e.g.
         the requeue signal another library set up (Lightning's SLURM auto-requeue)."""
-        key = "SIG" + name.upper().removeprefix("SIG")
-        if key not in self._actions:
-            self._actions[key] = action
-            self.signals.add(key)
+        self._intake.add(name, action)
 
     def announce_signals(self) -> str:
         """Say on stderr (rank 0; stdout in a notebook), in one line, what each signal will do;
         returns the line."""
         line = announcement(self._actions, self.config, self.scheduler, self.signals)
+        line += self._intake.agent_plan()
         if self.rank == 0:
             print(line, file=announce_stream(), flush=True)
         return line
@@ -328,7 +325,7 @@ class Session:
         one save. Every rank waits; rank 0 requeues."""
         if self.stop_reason != "terminated" or not self.scheduler.can_requeue:
             return
-        if all(ACTION_CODE[a] < REQUEUE for a in self._actions.values()):
+        if not self._intake.may_requeue:
             return
         if not requeue.late_requeue_signal(self._late_signal_code, LATE_REQUEUE_WINDOW_S):
             return
@@ -442,13 +439,12 @@ class Session:
         self._take_signals()
 
     def _take_signals(self) -> None:
-        for received in self.signals.take():
-            action = self._actions.get(received.name, "ignore")
-            self._pending.signal_code = max(self._pending.signal_code, ACTION_CODE[action])
+        for got in self._intake.take():  # signals, and a launcher agent gone
+            self._pending.signal_code = max(self._pending.signal_code, ACTION_CODE[got.action])
             # Every rank records what it received (non-zero ranks in their own file):
             # the dashboard shows which ranks got the signal.
             self.writer.emit(
-                SignalReceived, t=received.t, step=self.step, signal=received.name, action=action
+                SignalReceived, t=got.t, step=self.step, signal=got.name, action=got.action
             )
 
     def _take_commands(self) -> None:

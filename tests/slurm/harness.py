@@ -261,9 +261,15 @@ class Scenario:
     runs: list[Path] = field(default_factory=list)
 
     def sbatch(
-        self, job_args: list[str], *options: str, srun: bool = False, array: bool = False
+        self,
+        job_args: list[str],
+        *options: str,
+        srun: bool = False,
+        array: bool = False,
+        program: str = sys.executable,
     ) -> Job:
-        """Submit ``python JOB_ARGS...`` as a batch job (exec'd, or under srun) with options.
+        """Submit ``python JOB_ARGS...`` (or ``PROGRAM JOB_ARGS...``, e.g. torchrun) as a batch
+        job (exec'd, or under srun) with options.
 
         ``array``: the options hold ``--array``; logs and reports are per task.
         """
@@ -272,7 +278,7 @@ class Scenario:
         launch = "srun --kill-on-bad-exit=0 " if srun else ""
         # exec: the batch step *is* Python, so --signal=B:... and scancel --batch reach it.
         script.write_text(
-            f"#!/bin/bash\nexec {launch}{shlex.quote(sys.executable)} {shlex.join(job_args)}\n"
+            f"#!/bin/bash\nexec {launch}{shlex.quote(program)} {shlex.join(job_args)}\n"
         )
         output = self.root / (f"job{n}-%A_%a.out" if array else f"job{n}-%j.out")
         proc = self.cluster.run(

@@ -9,6 +9,10 @@ what it did (first and last step, the steps it saved at, whether it stopped, wha
 ``--signal-after-loop`` (monitor): rank 1 sends itself SIGUSR2 after the loop, before the
 Monitor's block ends.
 ``--sharded`` (lightning): FSDP2 through ModelParallelStrategy, saving directories of shards.
+``--deepspeed`` (lightning): ZeRO-2 through a renamed subclass of Lightning's DeepSpeedStrategy
+that lifts its CUDA-only check (``DS_ACCELERATOR=cpu``), saving tag directories.
+``--kill-in-save`` (lightning): the first ckptdash save is SIGKILLed, whole job, after the
+strategy wrote it and before it is recorded.
 ``--gate-at S``: after step S rank 0 writes ``REPORT_DIR/ready`` and waits until a command is in
 the run's inbox (rank 1 meanwhile waits in the next step's gradient all_reduce), so a command
 issued by the test is known to arrive while both ranks train.
@@ -117,7 +121,33 @@ def monitor_main(args: argparse.Namespace, report: dict[str, Any]) -> None:
     _leave_group()
 
 
-def _strategy(sharded: bool) -> Any:
+def _strategy(sharded: bool, deepspeed: bool = False) -> Any:
+    if deepspeed:
+        import sys
+
+        # DeepSpeed's autotuner imports mlflow when installed (~4 s of CPU a rank, unused):
+        # blocked, it is the ImportError DeepSpeed expects without it.
+        sys.modules.setdefault("mlflow", None)  # type: ignore[arg-type]
+        from lightning.pytorch.strategies import DDPStrategy, DeepSpeedStrategy
+
+        class CPUZeRO(DeepSpeedStrategy):  # type: ignore[misc]
+            """Lightning's DeepSpeedStrategy on CPU: its set-up refuses any accelerator but
+            CUDA and any device list but GPU indices; DeepSpeed itself runs on CPU
+            (DS_ACCELERATOR=cpu, gloo)."""
+
+            def setup_environment(self) -> None:
+                DDPStrategy.setup_environment(self)  # the parent's, without the CUDA check
+
+            def setup_distributed(self) -> None:
+                self.set_world_ranks()  # without the GPU index check
+                self._init_deepspeed_distributed()
+
+            @property
+            def root_device(self) -> torch.device:
+                # DeepSpeed's engine reads its rank from the device index (None on CPU).
+                return torch.device("cpu", self.local_rank)
+
+        return CPUZeRO(stage=2, process_group_backend="gloo")
     if not sharded:
         return "ddp"
     from lightning.pytorch.strategies import ModelParallelStrategy
@@ -127,6 +157,24 @@ def _strategy(sharded: bool) -> Any:
     return ModelParallelStrategy(
         data_parallel_size=2, tensor_parallel_size=1, save_distributed_checkpoint=True
     )
+
+
+def _kill_after_the_strategy_wrote(trainer: Any, run_dir: Path) -> None:
+    """Make the strategy's engine die (the whole job) right after its next save is written."""
+    from tests.train.helpers import kill_job, note_pid
+
+    note_pid(run_dir)
+    engine = trainer.strategy.deepspeed_engine
+    original = engine.save_checkpoint
+
+    def save_then_die(*a: Any, **kw: Any) -> Any:
+        original(*a, **kw)
+        dist.barrier()  # both ranks' files are written
+        if int(os.environ["RANK"]) == 0:
+            kill_job(run_dir)
+        threading.Event().wait()
+
+    engine.save_checkpoint = save_then_die
 
 
 def lightning_main(args: argparse.Namespace, report: dict[str, Any]) -> None:
@@ -168,6 +216,8 @@ def lightning_main(args: argparse.Namespace, report: dict[str, Any]) -> None:
 
         def on_save_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: Any) -> None:
             report["saves"].append(trainer.global_step)
+            if args.kill_in_save:
+                _kill_after_the_strategy_wrote(trainer, args.run_dir)
 
     callback = CkptDashCallback(
         args.run_dir, agree_interval_s=AGREE_INTERVAL_S, poll_interval_s=0.01
@@ -182,7 +232,7 @@ def lightning_main(args: argparse.Namespace, report: dict[str, Any]) -> None:
         enable_checkpointing=False,
         accelerator="cpu",
         devices=2,
-        strategy=_strategy(args.sharded),
+        strategy=_strategy(args.sharded, args.deepspeed),
     )
     trainer.fit(Tiny())
     report["start"] = 0
@@ -199,6 +249,8 @@ def main() -> None:
     parser.add_argument("--signal-at", type=int, default=-1)
     parser.add_argument("--gate-at", type=int, default=-1)
     parser.add_argument("--sharded", action="store_true", help="lightning: FSDP2 shards")
+    parser.add_argument("--deepspeed", action="store_true", help="lightning: ZeRO-2 on CPU")
+    parser.add_argument("--kill-in-save", action="store_true", help="lightning: die saving")
     parser.add_argument(
         "--signal-after-loop", action="store_true", help="monitor: rank 1 signals after training"
     )
