@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any, Final, Protocol
 
 from ckptdash.events import CheckpointRemoved, CheckpointSaved, Trigger
+from ckptdash.lightning import compat
 from ckptdash.lightning.compat import CheckpointIO, TorchCheckpointIO
 from ckptdash.train import written
 from ckptdash.train.async_save import AsyncSaver
@@ -259,15 +260,6 @@ def stamp(session: Session, callback: SaveSource, checkpoint: dict[str, Any]) ->
     return checkpoint.setdefault(META_KEY, session.metadata(callback.trigger_now()))
 
 
-def writes_shards(strategy: Any) -> bool:
-    """Whether ``strategy`` saves a directory of shards itself instead of through its IO."""
-    return (
-        getattr(strategy, "_state_dict_type", None) == "sharded"  # FSDPStrategy
-        or getattr(strategy, "_save_distributed_checkpoint", False) is True  # ModelParallel
-        or type(strategy).__name__ == "DeepSpeedStrategy"
-    )
-
-
 def flush_async(io: Any) -> None:
     """Wait for the saves an AsyncCheckpointIO queued (re-raise a failed one), or ckptdash's
     own background saves (their failures are events; the next save raises them)."""
@@ -275,13 +267,7 @@ def flush_async(io: Any) -> None:
         io.saver.wait()
     if not isinstance(io, TaggingCheckpointIO):
         return
-    inner = io.inner
-    executor = getattr(inner, "_executor", None)
-    if executor is not None:
-        executor.submit(lambda: None).result()  # one worker, in order: queued saves are done
-    error = getattr(inner, "_error", None)
-    if error is not None:
-        raise error
+    compat.flush_async_io(io.inner)
 
 
 class TaggingCheckpointIO(RecordingCheckpointIO):
