@@ -26,5 +26,7 @@ if [ "$#" -eq 0 ]; then
     mapfile -t tests < <(grep -v -e '^#' -e '^$' tests/compat_tests.txt)
     set -- "${tests[@]}"
 fi
-"$VENV/bin/python" -m pytest -q -p no:cacheprovider -m "not (slurm or ui or notebook)" "$@"
-echo "test-compat: $(( $(date +%s) - start )) s"
+status=0
+"$VENV/bin/python" -m pytest -q -p no:cacheprovider -m "not (slurm or ui or notebook)" "$@" || status=$?
+echo "test-compat: $(( $(date +%s) - start )) s, pytest exit status $status"
+exit "$status"

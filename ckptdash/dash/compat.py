@@ -1,11 +1,17 @@
 """Every touch of the dashboard's frameworks' private API, in one place, with the releases it
 was written for.
 
-Written and tested for Panel 1.4.0 (pyproject's lower bound, ``make test-compat``) through
-1.9.4 with the Bokeh each requires (3.4.0 through 3.9.2) and the Tornado Bokeh serves on, and,
+Written and tested for Panel 1.9.0 (pyproject's lower bound, ``make test-compat``) through
+1.9.4 with the Bokeh each requires (3.8.0 through 3.9.2) and the Tornado Bokeh serves on, and,
 in a notebook, pyviz_comms 3 with ipykernel 7.0 through 7.4.0 (constraints-dev.txt).
 
-The dashboard needs four things no public API gives: the Tornado application behind
+Older Panels, tried with torch 2.13 (2026-12-03): 1.4 has no ``panel.io.threads``
+(:func:`stoppable_thread`); 1.5 to 1.8 have no ``owns_loop`` there (a served dashboard's loop
+would never be closed), and 1.5 refuses a new ``name`` on a button (the controls' labels).
+Bokeh 3.8.0 is the oldest that Panel 1.9.0 installs with (its panel-material-ui needs it).
+
+The dashboard needs five things no public API gives: the thread ``pn.serve`` runs a server
+in, the Tornado application behind
 ``pn.serve`` (to put the access gate in front of every handler), the comms a rendered
 notebook widget holds (to know whether an update can be pushed, and to route its clicks to a
 kernel subshell), one pane's property values as Panel computes them (to send only ``text``),
@@ -22,12 +28,13 @@ This module imports none of those frameworks: it is handed their objects.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any, Final
 
 from ckptdash.errors import FrameworkVersionError
 
-TESTED: Final = "Panel 1.4.0 to 1.9.4 (Bokeh 3.4.0 to 3.9.2), ipykernel 7.0 to 7.4.0"
+TESTED: Final = "Panel 1.9.0 to 1.9.4 (Bokeh 3.8.0 to 3.9.2), ipykernel 7.0 to 7.4.0"
 """The releases this module was written and tested for (said in every error it raises)."""
 
 
@@ -43,6 +50,23 @@ def tornado_app(server: Any) -> Any:
             f" handlers cannot be put behind ckptdash's access gate (tested with {TESTED}):"
             " install a tested release (pip install 'panel<=1.9.4' 'bokeh<=3.9.2')"
         ) from None
+
+
+def stoppable_thread() -> Any:
+    """Panel's ``StoppableThread`` (``panel.io.threads``; not in Panel's API reference), the
+    thread ``pn.serve(threaded=True)`` runs a server in, which closes the loop it owns
+    (``owns_loop``, Panel >= 1.9) when stopped. Missing: :class:`FrameworkVersionError`."""
+    try:
+        from panel.io.threads import StoppableThread
+    except ImportError:
+        StoppableThread = None
+    if StoppableThread is None or "owns_loop" not in inspect.signature(StoppableThread).parameters:
+        raise FrameworkVersionError(
+            "ckptdash serve: this Panel has no panel.io.threads.StoppableThread(owns_loop=),"
+            f" which ckptdash serves in (tested with {TESTED}): install a tested release"
+            " (pip install 'panel>=1.9,<=1.9.4')"
+        )
+    return StoppableThread
 
 
 def rendered_comms(viewable: Any) -> list[tuple[Any, Any]]:

@@ -305,8 +305,9 @@ def start_server(
     >>> with start_server("runs/exp1", ServeOptions(port=0)) as server:  # doctest: +SKIP
     ...     print(server.url)
     """
-    from panel.io.threads import StoppableThread
     from tornado.ioloop import IOLoop
+
+    StoppableThread = compat.stoppable_thread()
 
     run = Path(path)
     _check_path(run)

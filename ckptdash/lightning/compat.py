@@ -1,8 +1,11 @@
 """Every touch of Lightning's private API, in one place, with the releases it was written for.
 
-Written and tested for Lightning 2.2.0 (pyproject's lower bound, ``make test-compat``)
+Written and tested for Lightning 2.6.1 (pyproject's lower bound, ``make test-compat``)
 through 2.6.6 (constraints-dev.txt), as ``lightning.pytorch`` or, if that is missing,
-``pytorch_lightning``; Lightning Fabric of the same releases.
+``pytorch_lightning``; Lightning Fabric of the same releases. Older releases, tried with torch
+2.13 (2026-12-03): the Trainer's tests pass on 2.4.0, but Fabric's ``load`` has no
+``weights_only`` before 2.6.1 (it unpickles anything: ``FabricMonitor.load`` could not keep
+its promise); 2.2 and 2.3 import ``pkg_resources``, which setuptools no longer ships.
 
 Lightning gives a callback no public way to learn the ``ckpt_path`` a user gave, to take the
 resume choice, to see its loggers' versions before they open, or to tell which code path
@@ -57,7 +60,7 @@ except ImportError:  # pragma: no cover - exercised only where the old package n
         TorchCheckpointIO,
     )
 
-TESTED: Final = "Lightning 2.2.0 to 2.6.6"
+TESTED: Final = "Lightning 2.6.1 to 2.6.6"
 """The releases this module was written and tested for (said in every error it raises)."""
 
 UNKNOWN: Final = object()
