@@ -8,7 +8,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.ckptdash-installed
 
-.PHONY: setup system demo test check lint types bench clean
+.PHONY: setup system demo test check test-compat lint types bench clean
 
 # The unit tests: every tier marker left out (pyproject.toml names them; tests/not_unit.txt
 # marks the unmarked tests that start a process or take seconds). CKPTDASH_UNIT_ONLY=1 fails
@@ -42,8 +42,15 @@ test: system lint types
 check: lint types
 	CKPTDASH_UNIT_ONLY=1 $(VENV)/bin/pytest -q -m "$(UNIT)" --durations=10
 
+# The Lightning, HF/Accelerate and Panel tests against pyproject's lower bounds
+# (constraints-compat.txt) in a venv of their own, .venv-compat; not part of `make test`: run it
+# when a change touches ckptdash/lightning/, the framework doors or ckptdash/dash/
+# (docs/architecture.md, "Framework internals").
+test-compat:
+	bash scripts/test-compat.sh $(ARGS)
+
 bench: setup
 	$(PY) benchmarks/run.py $(ARGS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .venv-compat .pytest_cache .mypy_cache .ruff_cache

@@ -14,6 +14,7 @@
     ├── SaveError              a save through Monitor.saving() was not published
     ├── ConfigError            a TrainConfig value is wrong
     ├── WrongFrameworkError    one framework's ckptdash piece given to another framework
+    ├── FrameworkVersionError  a framework release without an internal ckptdash relies on
     ├── ThresholdError         a health threshold is wrong
     └── SchedulerError         a scheduler's command failed or was refused (any scheduler)
         ├── SchedulerUnavailable   its commands cannot be used from this machine
@@ -98,6 +99,12 @@ class ConfigError(CkptDashError, ValueError):
 class WrongFrameworkError(CkptDashError, TypeError):
     """A ckptdash piece made for one framework was given to another (the Trainer callback to
     Lightning Fabric); the message names the piece to use instead."""
+
+
+class FrameworkVersionError(CkptDashError, RuntimeError):
+    """A framework release lacks an internal that ckptdash's compat module for it relies on
+    (``ckptdash/lightning/compat.py``, ``ckptdash/dash/compat.py``); the message names the
+    internal, the releases it was tested with, and the pin to use."""
 
 
 class ThresholdError(CkptDashError, ValueError):

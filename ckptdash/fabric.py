@@ -56,7 +56,9 @@ class FabricMonitor:
         max_steps: int | None = None,
         **options: Any,
     ) -> None:
-        if getattr(fabric, "_launched", True) is False and getattr(fabric, "world_size", 1) > 1:
+        from ckptdash.lightning import compat  # Lightning's internals, in one place
+
+        if not compat.fabric_launched(fabric) and getattr(fabric, "world_size", 1) > 1:
             raise WrongFrameworkError(
                 "ckptdash.fabric.FabricMonitor: call fabric.launch() before creating it, so"
                 " that every rank exists and takes part in ckptdash's decisions"

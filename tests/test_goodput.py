@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 import ckptdash
-from ckptdash.analysis import goodput as badput
+from ckptdash.analysis import goodput
 from ckptdash.cli import main
 from ckptdash.state import RunState
 from ckptdash.state.reading import load_state
@@ -120,7 +120,7 @@ def test_a_signal_save_loses_almost_nothing_and_async_saves_count_their_stall(
 ) -> None:
     """A preemption caught by a signal save loses only save → end (2 s); the async save counts
     its blocking_s (0.5 s), not its 4 s duration; the 815 s in the queue is requeue_wait."""
-    g = badput.goodput(write_run(tmp_path / "run", SIGNALLED)).to_dict()
+    g = goodput.goodput(write_run(tmp_path / "run", SIGNALLED)).to_dict()
     a0, a1 = g["attempts"]
     assert causes(a0) == [30.0, 3.5, 2.0, 815.0, 0.0]
     assert (a0["wall_s"], a0["productive_s"], a0["goodput"]) == (1000.0, 149.5, 0.1495)
@@ -153,7 +153,7 @@ def test_a_finished_run_started_again_an_hour_later_is_idle_not_requeue_wait(
     assert d["wall_s"] == before["wall_s"] + 10.0  # only the second launch's own 10 s
     assert d["goodput"] == pytest.approx(before["goodput"], abs=0.01)
     assert sum(a["wall_s"] for a in d["attempts"]) == d["wall_s"]
-    assert "idle between launches 1 h 06 min" in badput.render(g)
+    assert "idle between launches 1 h 06 min" in goodput.render(g)
 
 
 def test_a_running_attempt_counts_to_now_until_it_goes_silent() -> None:
@@ -167,11 +167,11 @@ def test_a_running_attempt_counts_to_now_until_it_goes_silent() -> None:
         line("heartbeat", 100, step=90),
     ]
     state.apply_events(_decode(rows))
-    live = badput.of_state(state, now=T0 + 130)
+    live = goodput.of_state(state, now=T0 + 130)
     assert (live.running, live.wall_s, live.productive_s) == (True, 130.0, 118.0)
     assert live.attempts[0].outcome == "running"
-    assert live.badput == badput.Badput(startup=10.0, saving=2.0)
-    stale = badput.of_state(state, now=T0 + 100 + badput.STALE_AFTER_S + 1)
+    assert live.badput == goodput.Badput(startup=10.0, saving=2.0)
+    stale = goodput.of_state(state, now=T0 + 100 + goodput.STALE_AFTER_S + 1)
     assert (stale.running, stale.wall_s, stale.attempts[0].outcome) == (False, 100.0, "stale")
     assert stale.badput.lost_work == 0.0
 
@@ -189,10 +189,10 @@ def test_an_attempt_refused_by_the_one_job_check_is_other_and_not_in_the_totals(
         line("run_failed", 51.5, 1, error="refused to start: attempt 0 on n0 is alive"),
     ]
     state.apply_events(_decode(rows))
-    g = badput.of_state(state, now=T0 + 130)
+    g = goodput.of_state(state, now=T0 + 130)
     first, refused = g.attempts
     assert (refused.attempt, refused.outcome, refused.wall_s) == (1, "refused", 1.5)
-    assert refused.badput == badput.Badput(other=1.5)
+    assert refused.badput == goodput.Badput(other=1.5)
     assert (first.outcome, first.productive_s) == ("running", 118.0)
     assert (g.wall_s, g.productive_s, g.badput.other) == (130.0, 118.0, 0.0)
 
@@ -211,8 +211,8 @@ def test_ranks_save_in_parallel_so_the_slowest_ranks_saving_counts() -> None:
     ]
     state = RunState("/r", "r1")
     state.apply_events(_decode(rows))
-    g = badput.of_state(state)
-    assert g.badput == badput.Badput(startup=5.0, saving=8.0)
+    g = goodput.of_state(state)
+    assert g.badput == goodput.Badput(startup=5.0, saving=8.0)
     assert (g.wall_s, g.productive_s) == (300.0, 287.0)
 
 
@@ -220,14 +220,14 @@ def test_the_numbers_do_not_depend_on_the_order_events_are_read_in(tmp_path: Pat
     """Shuffled events (a live tailer sees files grow in any order) give the same numbers as
     replaying the directory."""
     root = write_run(tmp_path / "run", [*KILLED, save(250, 250, 0.1), save(260, 260, 0.2)])
-    expected = badput.of_state(load_state(root), now=T0).to_dict()
+    expected = goodput.of_state(load_state(root), now=T0).to_dict()
     evs = [e for b in RunTailer(root).batches() for e in b.events]
     for seed in range(5):
         random.Random(seed).shuffle(evs)
         state = RunState(str(root), expected["run_id"])
         for i in range(0, len(evs), 3):
             state.apply_events(evs[i : i + 3])
-        assert badput.of_state(state, now=T0).to_dict() == expected
+        assert goodput.of_state(state, now=T0).to_dict() == expected
 
 
 def test_cli_json_has_exactly_the_documented_keys(

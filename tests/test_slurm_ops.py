@@ -19,7 +19,7 @@ import pytest
 from ckptdash import control, events
 from ckptdash.cli import main
 from ckptdash.rundir.writer import EventWriter
-from ckptdash.schedulers import slurm_queue as slurm_admin
+from ckptdash.schedulers import slurm_queue
 from ckptdash.state.records import AttemptInfo
 
 REAL_LINE = (
@@ -153,7 +153,7 @@ def slurm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeSlurm:
     """The fake SLURM commands first on PATH; waiting for a settling job costs nothing."""
     fake = FakeSlurm(tmp_path)
     monkeypatch.setenv("PATH", f"{fake.bin}:{'/usr/bin:/bin'}")
-    monkeypatch.setattr(slurm_admin, "_sleep", lambda s: None)
+    monkeypatch.setattr(slurm_queue, "_sleep", lambda s: None)
     return fake
 
 
@@ -181,7 +181,7 @@ def one_line_error(capsys: pytest.CaptureFixture[str]) -> str:
 
 def test_parse_show_job_reads_a_real_line() -> None:
     """Keys with ':' and '/', values holding '=' and empty values parse as scontrol prints them."""
-    fields = slurm_admin.parse_show_job(REAL_LINE + "\n")
+    fields = slurm_queue.parse_show_job(REAL_LINE + "\n")
     assert fields["JobState"] == "PENDING"
     assert fields["Reason"] == "JobHeldAdmin"
     assert fields["TRES"] == "cpu=1,node=1,billing=1"
@@ -193,12 +193,12 @@ def test_parse_show_job_reads_a_real_line() -> None:
 def test_job_view_states(slurm: FakeSlurm) -> None:
     """A held pending job reads as held with its reason; an unknown job is None."""
     slurm.job("77", "PENDING", "JobHeldAdmin")
-    view = slurm_admin.job_view("77")
+    view = slurm_queue.job_view("77")
     assert view is not None
     assert (view.pending, view.held, view.finished) == (True, True, False)
     assert (view.requeue, view.restarts) == (True, 1)
     assert view.describe() == "PENDING (JobHeldAdmin), held, requeue on, restarts 1"
-    assert slurm_admin.job_view("78") is None
+    assert slurm_queue.job_view("78") is None
     assert slurm.calls() == ["scontrol show job -o 77", "scontrol show job -o 78"]
 
 
@@ -207,28 +207,28 @@ def test_unavailable_slurm_is_its_own_error(
 ) -> None:
     """No configuration or no scontrol on PATH: SlurmUnavailable, saying what to do."""
     slurm.flag("_unavailable")
-    with pytest.raises(slurm_admin.SlurmUnavailable, match="SLURM_CONF"):
-        slurm_admin.job_view("77")
+    with pytest.raises(slurm_queue.SlurmUnavailable, match="SLURM_CONF"):
+        slurm_queue.job_view("77")
     monkeypatch.setenv("PATH", str(tmp_path / "nothing-here"))
-    with pytest.raises(slurm_admin.SlurmUnavailable, match="not on PATH"):
-        slurm_admin.job_view("77")
+    with pytest.raises(slurm_queue.SlurmUnavailable, match="not on PATH"):
+        slurm_queue.job_view("77")
 
 
 @pytest.mark.parametrize("bad", ["", "12;rm -rf /", "-1", "abc", "12_", "12_3_4"])
 def test_job_ids_are_checked_before_any_command(slurm: FakeSlurm, bad: str) -> None:
     """Anything but `123` or `123_4` is refused with the expected form, and nothing runs."""
-    with pytest.raises(slurm_admin.SlurmError, match="not a SLURM job id"):
-        slurm_admin.hold(bad)
+    with pytest.raises(slurm_queue.SlurmError, match="not a SLURM job id"):
+        slurm_queue.hold(bad)
     assert slurm.calls() == []
 
 
 def test_hold_and_release_a_pending_job(slurm: FakeSlurm) -> None:
     """hold → scontrol hold (JobHeldAdmin); release → scontrol release; each is idempotent."""
     slurm.job("77", "PENDING", "BeginTime")
-    assert slurm_admin.hold("77").held
-    assert slurm_admin.hold("77").held  # already held: no second scontrol hold
-    assert not slurm_admin.release("77").held
-    assert not slurm_admin.release("77").held
+    assert slurm_queue.hold("77").held
+    assert slurm_queue.hold("77").held  # already held: no second scontrol hold
+    assert not slurm_queue.release("77").held
+    assert not slurm_queue.release("77").held
     verbs = [c for c in slurm.calls() if "show job" not in c]
     assert verbs == ["scontrol hold 77", "scontrol release 77"]
 
@@ -236,44 +236,44 @@ def test_hold_and_release_a_pending_job(slurm: FakeSlurm) -> None:
 def test_hold_waits_for_a_job_that_is_being_requeued(slurm: FakeSlurm) -> None:
     """Right after a requeue the job is COMPLETING for a moment: hold waits for PENDING."""
     slurm.job("77", "COMPLETING", settle=3)
-    assert slurm_admin.hold("77").held
+    assert slurm_queue.hold("77").held
     assert "scontrol hold 77" in slurm.calls()
 
 
 def test_hold_refuses_a_running_job(slurm: FakeSlurm) -> None:
     """Only a waiting job can be held; the message points to --suspend for a running one."""
     slurm.job("77", "RUNNING")
-    with pytest.raises(slurm_admin.SlurmError, match=r"is RUNNING.*--suspend"):
-        slurm_admin.hold("77")
+    with pytest.raises(slurm_queue.SlurmError, match=r"is RUNNING.*--suspend"):
+        slurm_queue.hold("77")
 
 
 def test_cancel_pending_cancels_only_a_waiting_job(slurm: FakeSlurm) -> None:
     """A pending job is cancelled with `scancel --state=PENDING`; a running one is refused."""
     slurm.job("77", "PENDING", "JobHeldAdmin")
-    after = slurm_admin.cancel_pending("77")
+    after = slurm_queue.cancel_pending("77")
     assert after is not None
     assert after.state == "CANCELLED"
     assert "scancel --state=PENDING 77" in slurm.calls()
     slurm.job("78", "RUNNING")
-    with pytest.raises(slurm_admin.SlurmError, match=r"is RUNNING.*ckptdash stop"):
-        slurm_admin.cancel_pending("78")
+    with pytest.raises(slurm_queue.SlurmError, match=r"is RUNNING.*ckptdash stop"):
+        slurm_queue.cancel_pending("78")
 
 
 def test_set_requeue_mirrors_onto_live_jobs_only(slurm: FakeSlurm) -> None:
     """Requeue=0/1 on a running or pending job; a finished or forgotten job is left alone."""
     slurm.job("77", "RUNNING")
-    view = slurm_admin.set_requeue("77", False)
+    view = slurm_queue.set_requeue("77", False)
     assert view is not None
     assert view.requeue is False
     assert slurm.get("77")["Requeue"] == "0"
-    assert slurm_admin.set_requeue("77", False) is not None  # already 0: no second update
-    slurm_admin.set_requeue("77", True)
+    assert slurm_queue.set_requeue("77", False) is not None  # already 0: no second update
+    slurm_queue.set_requeue("77", True)
     assert slurm.get("77")["Requeue"] == "1"
     slurm.job("79", "COMPLETED")
-    done = slurm_admin.set_requeue("79", False)
+    done = slurm_queue.set_requeue("79", False)
     assert done is not None
     assert done.finished
-    assert slurm_admin.set_requeue("80", False) is None
+    assert slurm_queue.set_requeue("80", False) is None
     updates = [c for c in slurm.calls() if c.startswith("scontrol update")]
     assert updates == ["scontrol update JobId=77 Requeue=0", "scontrol update JobId=77 Requeue=1"]
 
@@ -282,29 +282,29 @@ def test_mirror_requeue_says_what_it_did_in_one_line(slurm: FakeSlurm) -> None:
     """The line the CLI prints and the dashboard shows: set, nothing to do, or not set and why;
     a refusal raises with the manual fix (the run's own setting is already changed)."""
     slurm.job("77", "PENDING", "JobHeldAdmin")
-    assert slurm_admin.mirror_requeue("77", False).startswith(
+    assert slurm_queue.mirror_requeue("77", False).startswith(
         "slurm job 77: Requeue=0 (PENDING (JobHeldAdmin), held, requeue off (Requeue=0)"
     )
     slurm.job("79", "COMPLETED")
-    assert slurm_admin.mirror_requeue("79", False) == "slurm job 79: COMPLETED; nothing to mirror"
-    assert "no longer known to SLURM" in slurm_admin.mirror_requeue("80", True)
+    assert slurm_queue.mirror_requeue("79", False) == "slurm job 79: COMPLETED; nothing to mirror"
+    assert "no longer known to SLURM" in slurm_queue.mirror_requeue("80", True)
     slurm.flag("_update_fails")
-    with pytest.raises(slurm_admin.SlurmError, match=r"Requeue=1`$") as failed:
-        slurm_admin.mirror_requeue("77", True)
+    with pytest.raises(slurm_queue.SlurmError, match=r"Requeue=1`$") as failed:
+        slurm_queue.mirror_requeue("77", True)
     assert "the run's setting is changed (auto-requeue on)" in str(failed.value)
     slurm.flag("_unavailable")
-    said = slurm_admin.mirror_requeue("77", True)
+    said = slurm_queue.mirror_requeue("77", True)
     assert said.startswith("slurm job 77: Requeue=1 not set: ")
 
 
 def test_job_of_is_the_newest_attempt_with_a_slurm_job() -> None:
     """The job the controls act on: the newest attempt's that SLURM ran (not a local one)."""
     A = AttemptInfo
-    assert slurm_admin.job_of([]) is None
+    assert slurm_queue.job_of([]) is None
     attempts = [A(1, scheduler="slurm", job_id="12_3"), A(0, scheduler="slurm", job_id="11")]
-    assert slurm_admin.job_of(attempts) == "12_3"
-    assert slurm_admin.job_of([*attempts, A(2, scheduler="local", job_id="999")]) == "12_3"
-    assert slurm_admin.job_of([A(0, scheduler="slurm", job_id=None)]) is None
+    assert slurm_queue.job_of(attempts) == "12_3"
+    assert slurm_queue.job_of([*attempts, A(2, scheduler="local", job_id="999")]) == "12_3"
+    assert slurm_queue.job_of([A(0, scheduler="slurm", job_id=None)]) is None
 
 
 # --- the CLI ---------------------------------------------------------------------------------
@@ -467,7 +467,7 @@ def test_verify_job_accepts_the_runs_own_job(slurm: FakeSlurm, run: Path) -> Non
     """Job 77 runs as this user and the run's rank-0 files (this user's) open with a
     run_started naming it: verify_job answers SLURM's view."""
     slurm.job("77", "PENDING")
-    view = slurm_admin.verify_job("77", run_root=run)
+    view = slurm_queue.verify_job("77", run_root=run)
     assert view is not None
     assert view.pending
 
@@ -477,8 +477,8 @@ def test_verify_job_refuses_another_users_job(slurm: FakeSlurm, run: Path) -> No
     without the run's evidence."""
     slurm.job("77", "PENDING", UserId="alice(4242)")
     for root in (run, None):
-        with pytest.raises(slurm_admin.SlurmRefused, match=r"belongs to alice \(uid 4242\)"):
-            slurm_admin.verify_job("77", run_root=root)
+        with pytest.raises(slurm_queue.SlurmRefused, match=r"belongs to alice \(uid 4242\)"):
+            slurm_queue.verify_job("77", run_root=root)
 
 
 def test_verify_job_refuses_a_job_the_run_did_not_start(
@@ -487,23 +487,23 @@ def test_verify_job_refuses_a_job_the_run_did_not_start(
     """The user's own job 78, which no run_started of this run names, is refused for this
     run; an answer about another job id, or without a UserId, is refused too."""
     slurm.job("78", "PENDING")
-    with pytest.raises(slurm_admin.SlurmRefused, match=r"no run_started in .* names job 78"):
-        slurm_admin.verify_job("78", run_root=run)
-    assert slurm_admin.verify_job("78") is not None  # named by the user: theirs, so fine
+    with pytest.raises(slurm_queue.SlurmRefused, match=r"no run_started in .* names job 78"):
+        slurm_queue.verify_job("78", run_root=run)
+    assert slurm_queue.verify_job("78") is not None  # named by the user: theirs, so fine
     # A line planted after the run_started (not the file's first line) vouches for nothing.
     planted = run / "events" / "A0005.R0000.x.1.jsonl"
     planted.write_text('{"kind":"pulse"}\n')
-    with pytest.raises(slurm_admin.SlurmRefused):
-        slurm_admin.verify_job("78", run_root=run)
+    with pytest.raises(slurm_queue.SlurmRefused):
+        slurm_queue.verify_job("78", run_root=run)
     slurm.job("79", "PENDING", UserId="(null)")
-    with pytest.raises(slurm_admin.SlurmRefused, match="did not say whose job"):
-        slurm_admin.verify_job("79")
+    with pytest.raises(slurm_queue.SlurmRefused, match="did not say whose job"):
+        slurm_queue.verify_job("79")
 
     def other_job(argv: Any, timeout_s: float) -> tuple[int, str]:
         return 0, f"JobId=80 UserId=me({os.geteuid()}) JobState=PENDING"
 
-    with pytest.raises(slurm_admin.SlurmRefused, match="answered about job 80"):
-        slurm_admin.verify_job("77", runner=other_job)
+    with pytest.raises(slurm_queue.SlurmRefused, match="answered about job 80"):
+        slurm_queue.verify_job("77", runner=other_job)
 
 
 def test_verify_job_matches_an_array_task(slurm: FakeSlurm, tmp_path: Path) -> None:
@@ -517,7 +517,7 @@ def test_verify_job_matches_an_array_task(slurm: FakeSlurm, tmp_path: Path) -> N
         uid = os.geteuid()
         return 0, f"JobId=14 ArrayJobId=12 ArrayTaskId=3 UserId=me({uid}) JobState=RUNNING"
 
-    view = slurm_admin.verify_job("12_3", run_root=root, runner=task)
+    view = slurm_queue.verify_job("12_3", run_root=root, runner=task)
     assert view is not None
 
 
@@ -534,11 +534,11 @@ def test_verify_job_refuses_a_run_started_written_by_another_account(
         w.emit(events.RunStarted, scheduler="slurm", job_id="90")
     (planted,) = (run / "events").glob("A0009.R0000.*")
     os.chown(planted, 4242, 4242)
-    with pytest.raises(slurm_admin.SlurmRefused, match=r"written by uid 4242"):
-        slurm_admin.verify_job("90", run_root=run)
+    with pytest.raises(slurm_queue.SlurmRefused, match=r"written by uid 4242"):
+        slurm_queue.verify_job("90", run_root=run)
     os.chown(run / "events", 4242, 4242)
-    with pytest.raises(slurm_admin.SlurmRefused, match=r"events belongs to uid 4242"):
-        slurm_admin.verify_job("77", run_root=run)
+    with pytest.raises(slurm_queue.SlurmRefused, match=r"events belongs to uid 4242"):
+        slurm_queue.verify_job("77", run_root=run)
 
 
 def test_cli_refuses_another_users_job_and_runs_nothing(

@@ -30,8 +30,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from ckptdash import __version__, control
-from ckptdash import humanize as fmt
+from ckptdash import __version__, control, humanize
 from ckptdash.cli import health as health_cli
 from ckptdash.cli import hints as cli_hints
 from ckptdash.cli import serve as cli_serve
@@ -249,7 +248,7 @@ def _issue(args: argparse.Namespace) -> int:
         raise CkptDashError(f"--timeout {args.timeout}: must be a positive number of seconds")
     send = actions.stop_after_save if args.command == "stop_after_save" else actions.save_now
     cmd = send(run, ttl_s=args.ttl)
-    short = fmt.short_id(cmd.id)
+    short = humanize.short_id(cmd.id)
     then = (
         "waiting for the job's answer"
         if args.wait

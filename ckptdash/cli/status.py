@@ -13,8 +13,7 @@ from typing import Any
 
 import msgspec
 
-from ckptdash import control, schedulers
-from ckptdash import humanize as fmt
+from ckptdash import control, humanize, schedulers
 from ckptdash.analysis import run_words
 from ckptdash.analysis.health import short_error
 from ckptdash.analysis.run_words import logger_line
@@ -158,7 +157,7 @@ def render_run_lines(runs: list[RunDir], states: list[RunState], now: float | No
         step = "-"
         if newest is not None:
             done = newest.outcome == "finished"
-            step = _opt(fmt.steps_done(newest.step, newest.max_steps, done))
+            step = _opt(humanize.steps_done(newest.step, newest.max_steps, done))
         if newest is not None and newest.max_steps:
             step += f" / {newest.max_steps}"
         rows.append(
@@ -168,7 +167,7 @@ def render_run_lines(runs: list[RunDir], states: list[RunState], now: float | No
                 + (" (untrusted)" if door.untrusted(run.root) else ""),
                 "-" if newest is None else str(newest.attempt),
                 step,
-                fmt.rough_age(None if newest is None else newest.last_heartbeat_t, now),
+                humanize.rough_age(None if newest is None else newest.last_heartbeat_t, now),
                 "-" if best is None else f"{_rel(best.path, run.root)} (step {_opt(best.step)})",
             ]
         )
@@ -306,7 +305,7 @@ def _attempts_table(state: RunState, gone: dict[int, str]) -> str:
                 str(a.attempt),
                 a.host,
                 a.job_id or "-",
-                fmt.clock(a.started_at, "-"),
+                humanize.clock(a.started_at, "-"),
                 _outcome(a, gone),
                 _opt(a.step),
                 Path(a.resumed_from).name if a.resumed_from else "-",
@@ -332,7 +331,7 @@ def _checkpoints_table(run: RunDir, state: RunState) -> str:
                 c.status
                 + (" (unvalidated)" if c.unvalidated else "")
                 + (" (before fresh start)" if _history(c, since) else ""),
-                "-" if c.unvalidated else fmt.size(c.size_bytes, "-"),
+                "-" if c.unvalidated else humanize.size(c.size_bytes, "-"),
                 "-" if c.duration_s is None else f"{c.duration_s:.2f}",
                 _opt(c.attempt),
                 _rel(c.path, run.root) + (f"  (saved x{c.replaced + 1})" if c.replaced else ""),
@@ -366,7 +365,7 @@ def _event_lines(state: RunState) -> list[str]:
     for c in sorted(state.commands.values(), key=lambda c: (c.issued_at or 0, c.id)):
         extra = c.detail or c.reason or c.error
         lines.append(
-            f"command {c.command or '?'} {fmt.short_id(c.id)} by"
+            f"command {c.command or '?'} {humanize.short_id(c.id)} by"
             f" {_who(c.author, c.host)}{c.spoof_note}:"
             f" {c.status}" + (f" ({extra})" if extra else "")
         )

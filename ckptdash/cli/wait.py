@@ -11,7 +11,7 @@ import threading
 import time
 from typing import Final
 
-from ckptdash import humanize as fmt
+from ckptdash import humanize
 from ckptdash.rundir import RunDir
 from ckptdash.state.reading import load_state
 from ckptdash.state.records import CommandInfo
@@ -38,7 +38,7 @@ def wait_for_answer(run: RunDir, command_id: str, timeout_s: float) -> CommandIn
 def describe_answer(label: str, info: CommandInfo, run: RunDir) -> str:
     """One line: ``save_now 3f2a91c0 applied by attempt 1: checkpoints/step=301-manual.ckpt``."""
     who = f" by attempt {info.attempt}" if info.attempt is not None else ""
-    head = f"{label} {fmt.short_id(info.id)} {info.status}{who}"
+    head = f"{label} {humanize.short_id(info.id)} {info.status}{who}"
     if info.status == "applied":
         return head + (f": {_relative(info.detail, run)}" if info.detail else "")
     return head + f": {info.reason or 'no reason given'}"

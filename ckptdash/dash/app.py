@@ -23,7 +23,7 @@ from typing import Any, Final
 
 import panel as pn
 
-from ckptdash.dash import theme
+from ckptdash.dash import compat, theme
 from ckptdash.dash.delivery import Delivery
 from ckptdash.dash.feed.follow import RunFollower
 from ckptdash.dash.feed.hub import FollowerHub, shared_hub
@@ -202,15 +202,14 @@ class Dashboard(pn.viewable.Viewer):  # type: ignore[misc]
     def _take(self, folder: FolderSnapshot) -> None:
         self.model.publish(folder)
         if self._subshells is not None:  # the widget's comms open once the page shows it
-            clients = [client for _, client in list(self._layout._comms.values())]
+            clients = [client for _, client in compat.rendered_comms(self._layout)]
             self._subshells.route(clients, self._delivery.render_lock)
 
     def _comms_open(self) -> bool:
         """Whether every rendering of the widget can take an update now (its push comm is
         open); True before the first rendering (nothing to push to yet)."""
         return all(
-            getattr(server, "_comm", True) is not None
-            for server, _ in list(self._layout._comms.values())
+            compat.push_comm_open(server) for server, _ in compat.rendered_comms(self._layout)
         )
 
     def _page_loaded(self) -> None:
@@ -242,7 +241,7 @@ class Dashboard(pn.viewable.Viewer):  # type: ignore[misc]
             if kernel is not None:
                 # Run All: the next cell may hold the main thread before the front end's
                 # comm_open for this rendering arrives; open it off the main thread.
-                clients = [client.id for _, client in list(self._layout._comms.values())]
+                clients = [client.id for _, client in compat.rendered_comms(self._layout)]
                 open_off_main_thread(kernel, clients)
             return bundle
 

@@ -15,7 +15,7 @@ from typing import Final, TypeAlias
 
 import param
 
-from ckptdash import humanize as fmt
+from ckptdash import humanize
 from ckptdash.analysis.run_words import RunWord, run_word
 from ckptdash.dash.feed.snapshot import FolderSnapshot, RunSnapshot
 from ckptdash.state.records import SHOWN_STALE_AFTER_S
@@ -99,7 +99,7 @@ def rates(snap: RunSnapshot | None, now: float) -> Rates:
     step = newest.step if p is None or p.step is None else max(p.step, newest.step or 0)
     epoch = newest.epoch if p is None else p.epoch
     max_steps = newest.max_steps
-    step = fmt.steps_done(step, max_steps, newest.outcome == "finished")
+    step = humanize.steps_done(step, max_steps, newest.outcome == "finished")
     fraction = None
     if max_steps and step is not None:
         fraction = min(1.0, step / max_steps)

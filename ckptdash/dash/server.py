@@ -24,7 +24,7 @@ from typing import Any, Final
 
 import panel as pn
 
-from ckptdash.dash import access
+from ckptdash.dash import access, compat
 from ckptdash.dash.app import Dashboard, DashOptions
 from ckptdash.dash.feed.hub import FollowerHub, shared_hub
 from ckptdash.dash.server_messages import port_in_use
@@ -232,7 +232,7 @@ def _guarded_server(plan: _Plan, **extra: Any) -> Any:
     """Panel's server, bound but not yet serving, with the gate in front of every handler."""
     kwargs = dict(plan.kwargs)
     server = pn.serve(kwargs.pop("panels"), start=False, **kwargs, **extra)
-    access.install(server._tornado, plan.access)
+    access.install(compat.tornado_app(server), plan.access)
     return server
 
 
@@ -305,8 +305,9 @@ def start_server(
     >>> with start_server("runs/exp1", ServeOptions(port=0)) as server:  # doctest: +SKIP
     ...     print(server.url)
     """
-    from panel.io.threads import StoppableThread
     from tornado.ioloop import IOLoop
+
+    StoppableThread = compat.stoppable_thread()
 
     run = Path(path)
     _check_path(run)

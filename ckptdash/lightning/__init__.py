@@ -14,13 +14,13 @@ that is missing, ``pytorch_lightning``.
 from __future__ import annotations
 
 import contextlib
-import inspect
 import os
 from collections.abc import Callable, Iterator
 from typing import Any, Final
 
 from ckptdash.errors import WrongFrameworkError
 from ckptdash.events import CheckpointSaved, Trigger
+from ckptdash.lightning import compat
 from ckptdash.lightning.checkpoint_io import (
     RecordingCheckpointIO,
     TaggingCheckpointIO,
@@ -29,16 +29,13 @@ from ckptdash.lightning.checkpoint_io import (
 )
 from ckptdash.lightning.compat import (
     AsyncCheckpointIO,
-    ModelCheckpoint,
     OnExceptionCheckpoint,
-    pl,
-)
-from ckptdash.lightning.fit_start import install_fit_start_hook
-from ckptdash.lightning.frames import (
     end_reason,
     in_spawn_launcher,
+    pl,
     under_lightning_interrupt_handling,
 )
+from ckptdash.lightning.fit_start import install_fit_start_hook
 from ckptdash.lightning.links import claim_lasts, follow_links, make_lasts
 from ckptdash.lightning.loggers import TrainerLoggers, install_fit_hook
 from ckptdash.lightning.resume import hook_resume
@@ -60,7 +57,8 @@ _SHORTEST_CHECK_PERIOD_S: Final = 0.001
 
 # Lightning dispatches every per-batch hook to every callback through a profiler context,
 # ~2.5 µs each even for the base class's empty method; a hook attribute that is not
-# callable is skipped outright. These are the per-batch hooks ckptdash does not use.
+# callable is skipped outright (compat.skip_hook). These are the per-batch hooks ckptdash
+# does not use.
 _UNUSED_BATCH_HOOKS: Final = (
     "on_train_batch_start",
     "on_before_backward",
@@ -76,7 +74,7 @@ def _skip_unused_hooks(callback: pl.Callback) -> None:
     """Let Lightning skip the per-batch hooks that nobody overrode (a subclass may)."""
     for name in _UNUSED_BATCH_HOOKS:
         if getattr(type(callback), name, None) is getattr(pl.Callback, name, None):
-            setattr(callback, name, None)
+            compat.skip_hook(callback, name)
 
 
 _NOT_FOR_FABRIC: Final = (
@@ -172,15 +170,10 @@ class CkptDashCallback(pl.Callback):
         """Why the save happening now happens: ours, ModelCheckpoint, OnException, or the user."""
         if self._forced_trigger is not None:
             return self._forced_trigger
-        frame = inspect.currentframe()
-        while frame is not None:
-            owner = frame.f_locals.get("self")
-            if isinstance(owner, OnExceptionCheckpoint):
-                return "exception"
-            if isinstance(owner, ModelCheckpoint):
-                return "periodic"
-            frame = frame.f_back
-        return "api"
+        owner = compat.saving_callback()
+        if owner is None:
+            return "api"
+        return "exception" if isinstance(owner, OnExceptionCheckpoint) else "periodic"
 
     @contextlib.contextmanager
     def _saving(self, trigger: Trigger) -> Iterator[None]:
@@ -237,7 +230,7 @@ class CkptDashCallback(pl.Callback):
             return
         if isinstance(io, AsyncCheckpointIO):
             # Record inside the worker thread, so "saved" means written, not queued.
-            io._checkpoint_io = RecordingCheckpointIO(io.checkpoint_io, session, self)
+            compat.set_async_inner(io, RecordingCheckpointIO(io.checkpoint_io, session, self))
             trainer.strategy.checkpoint_io = TaggingCheckpointIO(io, session, self)
         else:
             saver = None
@@ -253,7 +246,7 @@ class CkptDashCallback(pl.Callback):
         # strategy with its own save_checkpoint is watched (ckptdash.lightning.strategies).
         strategy = trainer.strategy
         original = strategy.save_checkpoint
-        if getattr(original, "_ckptdash", False):
+        if compat.is_wrapped(original):
             return
         if writes_shards(strategy):
 
@@ -287,8 +280,7 @@ class CkptDashCallback(pl.Callback):
 
         else:
             return
-        save_checkpoint._ckptdash = True  # type: ignore[attr-defined]
-        strategy.save_checkpoint = save_checkpoint
+        strategy.save_checkpoint = compat.mark_wrapped(save_checkpoint)
 
     def _close_on_failure(self, trainer: Any) -> None:
         """Make sure a fit() that raises records ``run_failed``, whatever Lightning then runs.
@@ -301,18 +293,17 @@ class CkptDashCallback(pl.Callback):
         """
         strategy = trainer.strategy
         original = strategy.on_exception
-        if not getattr(original, "_ckptdash", False):
+        if not compat.is_wrapped(original):
 
             def on_exception(exception: BaseException) -> None:
                 self._fail(trainer, exception)
                 original(exception)
 
-            on_exception._ckptdash = True  # type: ignore[attr-defined]
-            strategy.on_exception = on_exception
+            strategy.on_exception = compat.mark_wrapped(on_exception)
         if under_lightning_interrupt_handling():
             return
-        trainer._run_stage = self._failing_on_error(trainer, trainer._run_stage)
-        connector = trainer._checkpoint_connector  # the resume choice can refuse (invalid)
+        compat.wrap_run_stage(trainer, lambda stage: self._failing_on_error(trainer, stage))
+        connector = compat.checkpoint_connector(trainer)  # the resume choice can refuse
         connector.resume_start = self._failing_on_error(trainer, connector.resume_start)
 
     def _failing_on_error(self, trainer: Any, method: Callable[..., Any]) -> Callable[..., Any]:

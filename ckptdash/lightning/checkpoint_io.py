@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any, Final, Protocol
 
 from ckptdash.events import CheckpointRemoved, CheckpointSaved, Trigger
+from ckptdash.lightning import compat
 from ckptdash.lightning.compat import CheckpointIO, TorchCheckpointIO
 from ckptdash.train import written
 from ckptdash.train.async_save import AsyncSaver
@@ -269,13 +270,7 @@ def flush_async(io: Any) -> None:
         io.saver.wait()
     if not isinstance(io, TaggingCheckpointIO):
         return
-    inner = io.inner
-    executor = getattr(inner, "_executor", None)
-    if executor is not None:
-        executor.submit(lambda: None).result()  # one worker, in order: queued saves are done
-    error = getattr(inner, "_error", None)
-    if error is not None:
-        raise error
+    compat.flush_async_io(io.inner)
 
 
 class TaggingCheckpointIO(RecordingCheckpointIO):

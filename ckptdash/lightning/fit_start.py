@@ -17,7 +17,7 @@ import sys
 from collections.abc import Callable
 from typing import Any, Final
 
-from ckptdash.lightning.compat import pl
+from ckptdash.lightning import compat
 
 HPC_LINE: Final = (
     'ckptdash: fit(ckpt_path="hpc") resumes by ckptdash\'s resume rule (its signal saves'
@@ -28,16 +28,21 @@ HPC_LINE: Final = (
 def install_fit_start_hook(
     find: Callable[[Any], Any], failed_at_start: Callable[[Any, Any, BaseException], None]
 ) -> None:
-    """Wrap ``Trainer._fit_impl`` once per process. ``find(trainer)`` is the trainer's
-    ckptdash callback or None; ``failed_at_start(callback, trainer, error)`` records a fit
-    that raised before the callback's setup (it tells by itself)."""
-    trainer_cls = pl.Trainer
-    original = trainer_cls._fit_impl
-    if getattr(original, "_ckptdash", False):
-        return
+    """Wrap Lightning's fit implementation once per process (:func:`compat.wrap_fit_impl`).
+    ``find(trainer)`` is the trainer's ckptdash callback or None;
+    ``failed_at_start(callback, trainer, error)`` records a fit that raised before the
+    callback's setup (it tells by itself)."""
+    compat.wrap_fit_impl(lambda original: _wrapped(original, find, failed_at_start))
+
+
+def _wrapped(
+    original: Callable[..., Any],
+    find: Callable[[Any], Any],
+    failed_at_start: Callable[[Any, Any, BaseException], None],
+) -> Callable[..., Any]:
     signature = inspect.signature(original)
 
-    def _fit_impl(self: Any, *args: Any, **kwargs: Any) -> Any:
+    def fit_impl(self: Any, *args: Any, **kwargs: Any) -> Any:
         callback = find(self)
         if callback is None:
             return original(self, *args, **kwargs)
@@ -52,5 +57,4 @@ def install_fit_start_hook(
             failed_at_start(callback, self, exc)
             raise
 
-    _fit_impl._ckptdash = True  # type: ignore[attr-defined]
-    trainer_cls._fit_impl = _fit_impl  # type: ignore[method-assign]
+    return fit_impl

@@ -18,6 +18,7 @@ import shutil
 from typing import IO, Any
 
 from ckptdash.events import CheckpointSaved, Trigger
+from ckptdash.lightning import compat
 from ckptdash.lightning.compat import ModelCheckpoint
 from ckptdash.rundir import atomic_write
 from ckptdash.train.session import Session
@@ -26,17 +27,20 @@ from ckptdash.train.session import Session
 def follow_links(trainer: Any, session: Session) -> None:
     """Record every update of each ModelCheckpoint's ``save_last="link"`` link."""
     for cb in getattr(trainer, "checkpoint_callbacks", []):
-        if not isinstance(cb, ModelCheckpoint) or "_link_checkpoint" in vars(cb):
-            continue
-        original = cb._link_checkpoint
+        if isinstance(cb, ModelCheckpoint):
+            compat.wrap_link_checkpoint(cb, lambda original: _recording(session, original))
 
-        def link(trainer: Any, filepath: str, linkpath: str, _original: Any = original) -> None:
-            _original(trainer, filepath, linkpath)
-            if session.rank == 0 and os.path.abspath(filepath) != os.path.abspath(linkpath):
-                step = trainer.global_step
-                record_same(session, linkpath, filepath, trigger="periodic", step=step)
 
-        cb._link_checkpoint = link  # type: ignore[method-assign]
+def _recording(session: Session, original: Any) -> Any:
+    """ModelCheckpoint's link function, recording each link it makes (rank 0)."""
+
+    def link(trainer: Any, filepath: str, linkpath: str) -> None:
+        original(trainer, filepath, linkpath)
+        if session.rank == 0 and os.path.abspath(filepath) != os.path.abspath(linkpath):
+            step = trainer.global_step
+            record_same(session, linkpath, filepath, trigger="periodic", step=step)
+
+    return link
 
 
 def record_same(
@@ -82,11 +86,11 @@ def claim_lasts(trainer: Any) -> list[tuple[Any, str]]:
     take ``last.ckpt`` for a stranger's and write ``last-v1.ckpt``)."""
     out = []
     for cb in getattr(trainer, "checkpoint_callbacks", []):
-        if not isinstance(cb, ModelCheckpoint) or not cb.save_last or cb._last_checkpoint_saved:
+        if not isinstance(cb, ModelCheckpoint) or not cb.save_last or compat.last_saved(cb):
             continue
         try:
             name = cb.format_checkpoint_name(
-                cb._monitor_candidates(trainer), cb.CHECKPOINT_NAME_LAST
+                compat.monitor_candidates(cb, trainer), cb.CHECKPOINT_NAME_LAST
             )
         except Exception:  # a filename template that needs a metric not logged: Lightning's
             continue
@@ -104,8 +108,7 @@ def make_lasts(
     for cb, last in lasts:
         if session.rank == 0 and last != os.path.abspath(saved):
             _make_last(session, cb, last, saved, trigger, trainer)
-        cb._last_checkpoint_saved = saved
-        cb._last_global_step_saved = trainer.global_step
+        compat.mark_last_saved(cb, saved, trainer.global_step)
 
 
 def _make_last(

@@ -3,11 +3,12 @@
 Lightning opens every logger's experiment (``wandb.init``, an MLflow run, TensorBoard's
 version folder) in ``_call_setup_hook``, *before* any callback's ``setup``, and resolves a
 TensorBoard version earlier still (``trainer.log_dir`` for the profiler). So
-:func:`install_fit_hook` wraps ``Trainer._run`` once: when a Trainer with a
-``CkptDashCallback`` starts fitting, :meth:`TrainerLoggers.configure` names each logger's
-version / run id first. Once the checkpoint is restored (``on_train_start``: the resume step
-is ``trainer.global_step``) :meth:`TrainerLoggers.attach` replaces or drops what earlier
-attempts logged after it and records each logger run as a ``logger_attached`` event.
+:func:`install_fit_hook` wraps the Trainer's run once (:func:`compat.wrap_run`): when a
+Trainer with a ``CkptDashCallback`` starts fitting, :meth:`TrainerLoggers.configure` names
+each logger's version / run id first. Once the checkpoint is restored (``on_train_start``:
+the resume step is ``trainer.global_step``) :meth:`TrainerLoggers.attach` replaces or drops
+what earlier attempts logged after it and records each logger run as a ``logger_attached``
+event.
 
 Only rank 0 talks to the loggers (Lightning gives other ranks a dummy experiment).
 """
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from ckptdash.events import LoggerAttached
-from ckptdash.lightning.compat import pl
+from ckptdash.lightning import compat
 from ckptdash.rundir import RunDir, door
 from ckptdash.train import loggers
 from ckptdash.train.session import Session
@@ -119,11 +120,11 @@ class TrainerLoggers:
 
 def _configure_versioned(logger: Any, derived: str, previous: LoggerAttached | None) -> bool:
     """TensorBoard and CSV: the version folder ``<name>/ckptdash-<run id>``."""
-    if getattr(logger, "_experiment", None) is not None:
+    if compat.experiment_opened(logger):
         return True
-    if logger._version is not None and not _lightning_default(logger):
+    if compat.logger_version(logger) is not None and not _lightning_default(logger):
         return True
-    logger._version = derived
+    compat.set_logger_version(logger, derived)
     return False
 
 
@@ -133,38 +134,41 @@ def _lightning_default(logger: Any) -> bool:
     job_id = os.environ.get("SLURM_JOB_ID", "")
     return (
         job_id.isdigit()
-        and logger._version == int(job_id)
-        and getattr(logger, "_name", None) == "lightning_logs"
+        and compat.logger_version(logger) == int(job_id)
+        and compat.logger_name(logger) == "lightning_logs"
     )
 
 
 def _configure_csv(logger: Any, derived: str, previous: LoggerAttached | None) -> bool:
     named = _configure_versioned(logger, derived, previous)
-    if getattr(logger, "_experiment", None) is None and rank_zero():
+    if not compat.experiment_opened(logger) and rank_zero():
         _keep_csv(Path(logger.log_dir) / "metrics.csv")
     return named
 
 
 def _configure_wandb(logger: Any, derived: str, previous: LoggerAttached | None) -> bool:
     """W&B: run id ``ckptdash-<run id>``, resumed (``resume="allow"``, Lightning's default)."""
-    if logger._id is not None or logger._experiment is not None or os.environ.get("WANDB_RUN_ID"):
+    if (
+        compat.wandb_id(logger) is not None
+        or compat.experiment_opened(logger)
+        or os.environ.get("WANDB_RUN_ID")
+    ):
         return True
-    logger._id = logger._wandb_init["id"] = derived
-    logger._wandb_init.setdefault("resume", "allow")
+    compat.set_wandb_id(logger, derived)
     return False
 
 
 def _configure_mlflow(logger: Any, derived: str, previous: LoggerAttached | None) -> bool:
     """MLflow: its store makes run ids, so the first attempt's is recorded and reused."""
-    if logger._run_id is not None or getattr(logger, "_initialized", False):
+    if compat.mlflow_run_id(logger) is not None or compat.mlflow_initialized(logger):
         return True
-    if logger._run_name is None:
-        logger._run_name = derived
+    if compat.mlflow_run_name(logger) is None:
+        compat.set_mlflow_run_name(logger, derived)
     if previous is not None and previous.id and rank_zero():
         if previous.location and previous.location != _mlflow_uri(logger):
             return False  # another tracking store now: start a run there
         try:
-            logger._mlflow_client.get_run(previous.id)
+            compat.mlflow_client(logger).get_run(previous.id)
         except Exception as exc:  # deleted, or a store that cannot be reached
             print(
                 f"ckptdash: MLflow run {previous.id} of earlier attempts cannot be opened"
@@ -172,7 +176,7 @@ def _configure_mlflow(logger: Any, derived: str, previous: LoggerAttached | None
                 file=sys.stderr,
             )
             return False
-        logger._run_id = previous.id
+        compat.set_mlflow_run_id(logger, previous.id)
     return False
 
 
@@ -201,7 +205,7 @@ def _purge_tensorboard(logger: Any, resume_step: int, earlier: int | None) -> st
         from tensorboardX.proto.event_pb2 import Event, SessionLog
     else:
         from tensorboard.compat.proto.event_pb2 import Event, SessionLog
-    writer._get_file_writer().add_event(
+    compat.tensorboard_file_writer(writer).add_event(
         Event(step=resume_step, session_log=SessionLog(status=SessionLog.START))
     )
     writer.flush()
@@ -275,15 +279,17 @@ def _keep_csv(metrics: Path) -> None:
 
 def _id_of(kind: str, logger: Any) -> str | None:
     if kind in ("tensorboard", "csv"):
-        version = logger._version
+        version = compat.logger_version(logger)
         if version is None:
             return None
         return version if isinstance(version, str) else f"version_{version}"
     if kind == "wandb":
-        experiment = logger._experiment
-        run_id = getattr(experiment, "id", None) if experiment is not None else logger._id
+        experiment = compat.opened_experiment(logger)
+        run_id = (
+            getattr(experiment, "id", None) if experiment is not None else compat.wandb_id(logger)
+        )
         return run_id if isinstance(run_id, str) else None
-    run_id = logger._run_id
+    run_id = compat.mlflow_run_id(logger)
     return run_id if isinstance(run_id, str) else None
 
 
@@ -291,34 +297,33 @@ def _location_of(kind: str, logger: Any) -> str:
     if kind in ("tensorboard", "csv"):
         return os.path.abspath(str(logger.log_dir))
     if kind == "wandb":
-        experiment = logger._experiment
+        experiment = compat.opened_experiment(logger)
         url = getattr(experiment, "url", None)
         if url:
             return str(url)
         folder = getattr(experiment, "dir", None)
-        return os.path.dirname(os.path.abspath(folder)) if folder else str(logger._project or "")
+        return os.path.dirname(os.path.abspath(folder)) if folder else compat.wandb_project(logger)
     return _mlflow_uri(logger)
 
 
 def _mlflow_uri(logger: Any) -> str:
-    return str(getattr(logger, "_tracking_uri", "") or "")
+    return compat.mlflow_tracking_uri(logger)
 
 
 # --- the hook ------------------------------------------------------------------------------------
 
 
 def install_fit_hook(before_fit: Callable[[Any], None]) -> None:
-    """Wrap ``Trainer._run`` (once per process) so ``before_fit(trainer)`` runs when a fit
-    starts, before Lightning resolves any logger's version or opens its experiment."""
-    trainer_cls = pl.Trainer
-    original = trainer_cls._run
-    if getattr(original, "_ckptdash", False):
-        return
+    """Wrap the Trainer's run (once per process: :func:`compat.wrap_run`) so
+    ``before_fit(trainer)`` runs when a fit starts, before Lightning resolves any logger's
+    version or opens its experiment."""
 
-    def _run(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if getattr(self.state, "fn", None) == "fit":
-            before_fit(self)
-        return original(self, *args, **kwargs)
+    def wrap(original: Callable[..., Any]) -> Callable[..., Any]:
+        def run(self: Any, *args: Any, **kwargs: Any) -> Any:
+            if getattr(self.state, "fn", None) == "fit":
+                before_fit(self)
+            return original(self, *args, **kwargs)
 
-    _run._ckptdash = True  # type: ignore[attr-defined]
-    trainer_cls._run = _run  # type: ignore[method-assign]
+        return run
+
+    compat.wrap_run(wrap)

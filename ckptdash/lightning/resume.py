@@ -19,8 +19,9 @@ from typing import Any, Final
 
 from ckptdash.errors import CheckpointChoiceError, CheckpointMismatchError, CkptDashError
 from ckptdash.events import CheckpointInvalid
+from ckptdash.lightning import compat
 from ckptdash.lightning.checkpoint_io import weights_only
-from ckptdash.lightning.frames import UNKNOWN, given_ckpt_path
+from ckptdash.lightning.compat import UNKNOWN, given_ckpt_path
 from ckptdash.train.misfit import MISFIT_ERRORS, gist, misfit_message, older_resumable
 from ckptdash.train.session import Session
 
@@ -44,7 +45,7 @@ class _ResumeHook:
     def __init__(self, trainer: Any, session: Session) -> None:
         self.trainer = trainer
         self.session = session
-        self.connector = trainer._checkpoint_connector
+        self.connector = compat.checkpoint_connector(trainer)
         self._resume_start = self.connector.resume_start
         self._restore_model = self.connector.restore_model
         self._restore_training = self.connector.restore_training_state
@@ -114,8 +115,8 @@ class _ResumeHook:
         """Why the checkpoint just read cannot resume training (fitting only), or None."""
         if getattr(self.trainer.state, "fn", None) != "fit":
             return None
-        loaded = getattr(self.connector, "_loaded_checkpoint", None)
-        return weights_only(loaded) if isinstance(loaded, dict) and loaded else None
+        loaded = compat.loaded_checkpoint(self.connector)
+        return weights_only(loaded) if loaded else None
 
     def _next_fitting(self, path: Any, exc: CheckpointMismatchError) -> tuple[str, str]:
         """After ``path`` did not fit the model: the rule's next choice (path, reason), to be
@@ -144,7 +145,7 @@ class _ResumeHook:
 
     def restore_model(self) -> Any:
         while True:
-            path = getattr(self.connector, "_ckpt_path", None)
+            path = compat.connector_ckpt_path(self.connector)
             try:
                 with _misfit_as_one_line(self.session, path):
                     result = self._restore_model()
@@ -164,13 +165,13 @@ class _ResumeHook:
         if self._pending is not None:
             path, reason = self._pending
             self._pending = None
-            loaded = getattr(self.connector, "_loaded_checkpoint", None) or {}
+            loaded = compat.loaded_checkpoint(self.connector)
             step = loaded.get("global_step")
             self.session.record_resumed(path, reason, step=step if isinstance(step, int) else None)
         return result
 
     def restore_training_state(self) -> Any:
-        path = getattr(self.connector, "_ckpt_path", None)
+        path = compat.connector_ckpt_path(self.connector)
         with _misfit_as_one_line(self.session, path):
             return self._restore_training()
 

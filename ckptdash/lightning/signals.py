@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ckptdash.lightning import compat
 from ckptdash.train.session import Session
 from ckptdash.train.signals import signal_name
 
@@ -27,8 +28,7 @@ def take_signals_over(trainer: Any, session: Session) -> None:
 
 def lightning_requeue_signal(trainer: Any) -> str | None:
     """The signal of Lightning's SLURM auto-requeue when it is on (SLURM detected), else None."""
-    connector = getattr(trainer, "_accelerator_connector", None)
-    env = getattr(connector, "cluster_environment", None)
+    env = compat.cluster_environment(trainer)
     if type(env).__name__ != "SLURMEnvironment" or not getattr(env, "auto_requeue", False):
         return None
     signum = getattr(env, "requeue_signal", None)

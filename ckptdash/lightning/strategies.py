@@ -18,10 +18,14 @@ Three kinds of strategy:
 
 Invariant: every save Lightning asks a strategy for ends as one record (saved, failed or
 unvalidated), never none. Reason: a strategy recognised by its name lost every save of a
-renamed subclass silently, and with it the progress of each requeued attempt.
+renamed subclass silently, and with it the progress of each requeued attempt. The test of
+kind 1 reads two private attributes, so it lives in :mod:`ckptdash.lightning.compat`
+(``writes_shards``, imported here as part of this module's answer).
 """
 
 from __future__ import annotations
+
+__all__ = ["record_outside_io", "replaces_save", "writes_shards"]
 
 import os
 import time
@@ -37,33 +41,13 @@ from ckptdash.lightning.checkpoint_io import (
     stamp,
     weights_only,
 )
-from ckptdash.lightning.compat import (
-    DeepSpeedStrategy,
-    FSDPStrategy,
-    ModelParallelStrategy,
-    Strategy,
-)
+from ckptdash.lightning.compat import Strategy, writes_shards
 from ckptdash.train import written
 from ckptdash.train.saving import Written, durable_existing, record_save
 from ckptdash.train.session import Session
 
 # The strategy classes already warned about (one warning per class and process).
 _WARNED: set[type] = set()
-
-
-def writes_shards(strategy: Any) -> bool:
-    """Whether ``strategy`` saves a directory of shards on every rank instead of through its IO.
-
-    >>> writes_shards(FSDPStrategy(state_dict_type="sharded"))
-    True
-    """
-    if isinstance(strategy, DeepSpeedStrategy):
-        return True
-    if isinstance(strategy, FSDPStrategy):
-        return getattr(strategy, "_state_dict_type", None) == "sharded"
-    if isinstance(strategy, ModelParallelStrategy):
-        return getattr(strategy, "_save_distributed_checkpoint", False) is True
-    return False
 
 
 def replaces_save(strategy: Any) -> bool:

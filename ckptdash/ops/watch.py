@@ -44,7 +44,7 @@ from ckptdash.events import ActionTaken, AlertCleared, AlertRaised
 from ckptdash.ops import liveness
 from ckptdash.rundir import RunDir
 from ckptdash.rundir.writer import EventWriter
-from ckptdash.schedulers import slurm_queue as slurm_admin
+from ckptdash.schedulers import slurm_queue
 from ckptdash.schedulers.base import Runner
 from ckptdash.state import RunState
 from ckptdash.state.runset import RunSet
@@ -216,7 +216,7 @@ def act(
 ) -> tuple[str, bool, str]:
     """Carry out ``action`` on SLURM job ``job``: (the command, ok, what happened).
 
-    Only on a job :func:`slurm_admin.verify_job` accepts (yours, and started by the run at
+    Only on a job :func:`slurm_queue.verify_job` accepts (yours, and started by the run at
     ``run_root`` when the id came from its log); otherwise nothing runs and the refusal is
     what happened.
     """
@@ -224,8 +224,8 @@ def act(
     if action not in shown:
         raise CkptDashError(f"unknown action {action!r}")
     try:
-        view = slurm_admin.verify_job(job, run_root=run_root, runner=runner)
-    except slurm_admin.SlurmError as exc:
+        view = slurm_queue.verify_job(job, run_root=run_root, runner=runner)
+    except slurm_queue.SlurmError as exc:
         return f"{shown[action]} {job}", False, str(exc)
     if view is None:
         verb = "held" if action == "hold" else "done"
@@ -242,18 +242,18 @@ def act(
         if view.state != "RUNNING":
             # Pending, or between attempts (COMPLETING, REQUEUED): hold() waits for the queue.
             try:
-                held = slurm_admin.hold(job, runner=runner)
-            except slurm_admin.SlurmError as exc:
+                held = slurm_queue.hold(job, runner=runner)
+            except slurm_queue.SlurmError as exc:
                 return f"scontrol hold {job}", False, str(exc)
             return f"scontrol hold {job}", True, f"held; now {held.describe()}"
         # A running attempt of a crash loop: requeue it held, so no further attempt starts.
         argv = ["scontrol", "requeuehold", job]
     command = shlex.join(argv)
     try:
-        out = slurm_admin.run_command(argv, job, runner=runner)
-    except slurm_admin.SlurmError as exc:
+        out = slurm_queue.run_command(argv, job, runner=runner)
+    except slurm_queue.SlurmError as exc:
         return command, False, str(exc)
-    after = slurm_admin.job_view(job, runner=runner) if action != "cancel" else None
+    after = slurm_queue.job_view(job, runner=runner) if action != "cancel" else None
     what = f"done{': ' + out if out else ''}"
     if after is not None:
         what += f"; now {after.describe()}"
@@ -427,7 +427,7 @@ class Watch:
             "run": run.state.run_id,
             "root": str(rd.root),
             "attempt": f.alert.attempt,
-            "job_id": slurm_admin.job_of(run.state.attempts.values()),
+            "job_id": slurm_queue.job_of(run.state.attempts.values()),
             "t": self.clock(),
             "who": self.who,
         }
@@ -453,7 +453,7 @@ class Watch:
             self.webhook.post(payload)
 
     def _act(self, rd: RunDir, run: _Run, alert: Alert, action: str) -> tuple[str, bool, str]:
-        job = slurm_admin.job_of(run.state.attempts.values())
+        job = slurm_queue.job_of(run.state.attempts.values())
         if job is None:
             result: tuple[str, bool, str] = (
                 "",

@@ -45,7 +45,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from ckptdash.errors import SlurmError as SlurmError  # raised to callers as slurm_admin.SlurmError
+from ckptdash.errors import SlurmError as SlurmError  # raised to callers as slurm_queue.SlurmError
 from ckptdash.errors import SlurmRefused as SlurmRefused
 from ckptdash.errors import SlurmUnavailable as SlurmUnavailable
 from ckptdash.schedulers import evidence

@@ -14,7 +14,7 @@ SHOWN_STALE_AFTER_S: Final = 120.0
 """A running attempt silent for this long is *shown* as stale: the dashboard's badge (its
 ``--stale-after``) and ``ckptdash status``. A view only; the other thresholds on silence
 act and wait longer: health's ``stale`` alert (``Thresholds.stale_after_s``), the run
-guard (``TrainConfig.stale_after_s``) and goodput's accounting (``badput.STALE_AFTER_S``)."""
+guard (``TrainConfig.stale_after_s``) and goodput's accounting (``goodput.STALE_AFTER_S``)."""
 
 AttemptOutcome: TypeAlias = Literal["running", "finished", "stopped", "failed", "lost"]
 """How an attempt ended (:attr:`AttemptInfo.outcome`)."""

@@ -47,8 +47,8 @@ from ckptdash.tail.commands import CommandFolders
 from ckptdash.tail.pulses import PulseRecords
 from ckptdash.tail.vouch import VOUCHED, decode_vouched, disagreement, first_run_id, foreign
 
-# The records a poll returns live in tail_batch, the command folders' reader in
-# tail_commands; this module is the public face, so they are importable from here.
+# The records a poll returns live in tail/batch.py, the command folders' reader in
+# tail/commands.py; this module is the public face, so they are importable from here.
 __all__ = [
     "COLD_AFTER",
     "COLD_EVERY",

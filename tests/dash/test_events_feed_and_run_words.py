@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from ckptdash import humanize as fmt
+from ckptdash import humanize
 from ckptdash.cli import main
 from ckptdash.dash.app import Dashboard, DashOptions
 from ckptdash.dash.feed.hub import FollowerHub
@@ -194,4 +194,6 @@ def test_time_ticks_are_clock_times_at_every_zoom() -> None:
     ticks = clock_ticks()
     for zoom in ("milliseconds", "seconds", "minsec", "minutes", "hourmin", "hours"):
         assert getattr(ticks, zoom).startswith("%H:%M"), zoom
-    assert fmt.size(21_400) == "20.9 KiB" and fmt.short_id("00000001-3f2a91c0") == "3f2a91c0"
+    assert (
+        humanize.size(21_400) == "20.9 KiB" and humanize.short_id("00000001-3f2a91c0") == "3f2a91c0"
+    )

@@ -32,6 +32,8 @@ import threading
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
+from ckptdash.dash import compat
+
 log = logging.getLogger(__name__)
 
 _lock = threading.Lock()
@@ -54,7 +56,7 @@ def open_off_main_thread(kernel: Any, targets: Iterable[str]) -> bool:
         or stream is None
         or forward is None
         or getattr(kernel, "comm_manager", None) is None
-        or not getattr(kernel, "_supports_kernel_subshells", False)
+        or not compat.kernel_runs_subshells(kernel)
     ):
         return False
     receive = _filter(kernel, forward)

@@ -7,9 +7,9 @@ its main thread: the one that runs ``trainer.fit()``. So without help a click on
 asks the kernel for one subshell (a ``create_subshell_request`` on the
 kernel's own control channel, as a front end sends it) and routes the messages
 of the widget's comms to it, where they are handled while the main thread
-trains. The routing uses ipykernel's per-comm reply route
-(``Comm._reply_subshell_for``), which is not a public API: where it or
-subshells are missing, nothing changes and clicks wait as before.
+trains. The routing uses ipykernel's per-comm reply route, which is not a public API
+(:func:`ckptdash.dash.compat.route_to_subshell`): where it or subshells are
+missing, nothing changes and clicks wait as before.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ import sys
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any
+
+from ckptdash.dash import compat
 
 log = logging.getLogger(__name__)
 
@@ -40,9 +42,9 @@ class SubshellRoute:
         new = [
             c
             for c in client_comms
-            if getattr(c, "_comm", None) is not None
-            and getattr(c._comm, "comm_id", None) not in self._routed
-            and hasattr(c._comm, "_reply_subshell_for")  # else an ipykernel without routes
+            if compat.kernel_comm(c) is not None
+            and getattr(compat.kernel_comm(c), "comm_id", None) not in self._routed
+            and compat.can_route(compat.kernel_comm(c))  # else an ipykernel without routes
         ]
         if not new:
             return len(self._routed)
@@ -51,11 +53,8 @@ class SubshellRoute:
             return 0
         with self._lock:
             for client in new:
-                handler = client._on_msg
-                if handler is not None:
-                    client._on_msg = _holding(lock, handler)
-                client._comm._reply_subshell_for = lambda data, default, sid=subshell: sid
-                self._routed.add(client._comm.comm_id)
+                compat.route_to_subshell(client, subshell, lambda h: _holding(lock, h))
+                self._routed.add(compat.kernel_comm(client).comm_id)
         return len(self._routed)
 
     def _subshell_id(self) -> str | None:
@@ -77,7 +76,7 @@ def _holding(lock: threading.RLock, handler: Callable[[Any], Any]) -> Callable[[
 def _create_subshell() -> str | None:
     """A new subshell of the kernel this code runs in, or None where there is none to have."""
     kernel = current_kernel()
-    if kernel is None or not getattr(kernel, "_supports_kernel_subshells", False):
+    if kernel is None or not compat.kernel_runs_subshells(kernel):
         return None
     try:
         from ipykernel import get_connection_file

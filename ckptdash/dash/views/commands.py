@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from ckptdash import humanize as fmt
+from ckptdash import humanize
 from ckptdash.dash.feed.snapshot import RunSnapshot
 from ckptdash.dash.views import text
 from ckptdash.dash.views.text import esc
@@ -34,7 +34,7 @@ def render_commands(snap: RunSnapshot, limit: int) -> str:
             else (f"<code>{esc(answer)}</code>" if answer else "")
         )
         rows.append(
-            f"<tr><td>{fmt.clock(c.issued_at or c.received_at)}</td>"
+            f"<tr><td>{humanize.clock(c.issued_at or c.received_at)}</td>"
             f"<td>{esc(c.command or '?')}</td><td>{esc((c.author or '?') + c.spoof_note)}</td>"
             f"<td class='st st-{esc(c.status)}'>{esc(c.status)}</td>"
             f"<td>{shown}</td></tr>"

@@ -17,8 +17,7 @@ from typing import Any
 
 import panel as pn
 
-from ckptdash import control
-from ckptdash import humanize as fmt
+from ckptdash import control, humanize
 from ckptdash.dash.feed.snapshot import RunSnapshot
 from ckptdash.dash.model import DashModel, run_status
 from ckptdash.dash.views.text import esc, relative
@@ -43,7 +42,7 @@ def command_answer(label: str, snap: RunSnapshot | None, command_id: str) -> str
     info = None if snap is None else next((c for c in snap.commands if c.id == command_id), None)
     if info is None:
         return None
-    command_id = fmt.short_id(command_id)
+    command_id = humanize.short_id(command_id)
     if info.status == "applied":
         what = relative(info.detail, snap.root) if snap is not None and info.detail else ""
         return f"{label} applied ({command_id})" + (f": {what}" if what else "")
@@ -143,7 +142,7 @@ class ControlActions:
         cmd = actions.save_now(snap.root, author=self._author())
         self.last_command = (cmd.id, "Save now")
         self._nudge()
-        return f"Save now sent ({fmt.short_id(cmd.id)}); waiting for the job's answer"
+        return f"Save now sent ({humanize.short_id(cmd.id)}); waiting for the job's answer"
 
     def stop_after_save(self) -> str:
         """Ask the job to save, then end without requeue (the view asks for confirmation)."""
@@ -151,7 +150,7 @@ class ControlActions:
         cmd = actions.stop_after_save(snap.root, author=self._author())
         self.last_command = (cmd.id, "Stop after save")
         self._nudge()
-        return f"Stop after save sent ({fmt.short_id(cmd.id)}); waiting for the job's answer"
+        return f"Stop after save sent ({humanize.short_id(cmd.id)}); waiting for the job's answer"
 
     def set_requeue_suspended(self, suspended: bool) -> str:
         """Suspend (True) or resume (False) automatic requeue after preemption."""

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ckptdash import humanize as fmt
+from ckptdash import humanize
 from ckptdash.dash.feed.snapshot import RunSnapshot
 from ckptdash.dash.views.text import esc, relative
 from ckptdash.dash.views.widgets import HtmlView
@@ -120,7 +120,7 @@ def _save_entries(snap: RunSnapshot) -> Iterator[FeedEntry]:
         if c.status == "failed" and c.error:
             yield FeedEntry(c.t, c.attempt, "problem", f"{who} failed to save {path}: {c.error}")
         elif c.trigger in NOTABLE_TRIGGERS and c.status in ("saved", "removed"):
-            took = f" in {fmt.duration(c.duration_s)}" if c.duration_s is not None else ""
+            took = f" in {humanize.duration(c.duration_s)}" if c.duration_s is not None else ""
             yield FeedEntry(c.t, c.attempt, "save", f"{who} saved {path} ({c.trigger}){took}")
 
 
@@ -137,7 +137,7 @@ def _command_entries(snap: RunSnapshot) -> Iterator[FeedEntry]:
     for c in snap.commands:
         if c.resolved_at is None or c.status not in ("applied", "rejected", "expired"):
             continue
-        name = f"{c.command or 'command'} {fmt.short_id(c.id)}"
+        name = f"{c.command or 'command'} {humanize.short_id(c.id)}"
         by = f" from {c.author}" if c.author else ""
         if c.status == "applied":
             what = f": {relative(c.detail, snap.root)}" if c.detail else ""
@@ -172,7 +172,7 @@ class EventsFeed(HtmlView):
         if snap is None:
             return ""
         rows = "".join(
-            f"<li class='feed-{esc(e.kind)}'><span class='muted'>{fmt.clock(e.t)}</span> "
+            f"<li class='feed-{esc(e.kind)}'><span class='muted'>{humanize.clock(e.t)}</span> "
             f"{esc(e.text)}</li>"
             for e in feed_entries(snap, self.LIMIT)
         )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ckptdash import humanize as fmt
+from ckptdash import humanize
 from ckptdash.analysis import preemption
 from ckptdash.dash.views.text import esc
 from ckptdash.dash.views.widgets import HtmlView
@@ -18,18 +18,18 @@ class GoodputView(HtmlView):
 
 def render_goodput(g: preemption.PreemptionCost) -> str:
     """The goodput panel's HTML."""
-    d = fmt.duration
+    d = humanize.duration
     lines = [
         "<h4>Goodput</h4>",
-        f"<div>saving: <b>{fmt.percent(g.saving_share)}</b> of {d(g.wall_s)} wall time"
+        f"<div>saving: <b>{humanize.percent(g.saving_share)}</b> of {d(g.wall_s)} wall time"
         f" <span class='muted'>({g.saves} saves, {d(g.saving_s)})</span></div>",
     ]
     n = len(g.preemptions)
-    rate = f"{g.per_hour:.2f} /h" if g.per_hour is not None else fmt.DASH
+    rate = f"{g.per_hour:.2f} /h" if g.per_hour is not None else humanize.DASH
     unwarned = f", {g.unwarned} without a signal" if g.unwarned else ""
     lines.append(
         f"<div>preemptions: <b>{n}</b> <span class='muted'>({rate}{unwarned})</span>"
-        f" · work lost: <b>{d(g.lost_s) if n else fmt.DASH}</b></div>"
+        f" · work lost: <b>{d(g.lost_s) if n else humanize.DASH}</b></div>"
     )
     if g.young_s is not None:
         interval = d(g.interval_s) if g.interval_s is not None else "no periodic saves"
@@ -42,13 +42,14 @@ def render_goodput(g: preemption.PreemptionCost) -> str:
         if now_w is not None and best_w is not None:
             lines.append(
                 f"<div class='muted'>expected time lost to saving and re-done work:"
-                f" {fmt.percent(now_w)} now, {fmt.percent(best_w)} at the Daly interval</div>"
+                f" {humanize.percent(now_w)} now, {humanize.percent(best_w)}"
+                " at the Daly interval</div>"
             )
         if best_w is not None:
-            now_g = fmt.percent(max(0.0, 1 - now_w)) if now_w is not None else fmt.DASH
+            now_g = humanize.percent(max(0.0, 1 - now_w)) if now_w is not None else humanize.DASH
             lines.append(
                 f"<div class='gp-advice'>expected goodput at the Daly interval:"
-                f" <b>{fmt.percent(max(0.0, 1 - best_w))}</b>"
+                f" <b>{humanize.percent(max(0.0, 1 - best_w))}</b>"
                 f" <span class='muted'>(at this run's interval {now_g}; startup and queue"
                 " time not included)</span></div>"
             )
@@ -67,7 +68,7 @@ def render_goodput(g: preemption.PreemptionCost) -> str:
 
 
 def _preemption_row(p: preemption.Preemption) -> str:
-    d = fmt.duration
+    d = humanize.duration
     requeue = "" if p.requeue_t is None else (" issued" if p.requeue_issued else " refused")
     steps = "" if p.lost_steps is None else f" ({p.lost_steps} steps)"
     return (

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Final
 
-from ckptdash import humanize as fmt
-from ckptdash.analysis import goodput as badput
+from ckptdash import humanize
+from ckptdash.analysis import goodput
 from ckptdash.dash.feed.snapshot import RunSnapshot
 from ckptdash.dash.views.text import esc
 from ckptdash.dash.views.widgets import HtmlView
@@ -45,9 +45,9 @@ _CSS: Final = """
 """
 
 
-def of_snapshot(snap: RunSnapshot, now: float) -> badput.RunGoodput:
+def of_snapshot(snap: RunSnapshot, now: float) -> goodput.RunGoodput:
     """The run's goodput now (a running attempt counts up to ``now``)."""
-    return badput.compute(snap.attempts, snap.times, now, run=snap.root, run_id=snap.run_id)
+    return goodput.compute(snap.attempts, snap.times, now, run=snap.root, run_id=snap.run_id)
 
 
 def _bar(wall: float, productive: float, causes: dict[str, float]) -> str:
@@ -56,7 +56,7 @@ def _bar(wall: float, productive: float, causes: dict[str, float]) -> str:
     for name, seconds in parts.items():
         if seconds <= 0 or wall <= 0:
             continue
-        tip = f"{LABELS[name]}: {fmt.duration(seconds)} ({fmt.percent(seconds / wall)})"
+        tip = f"{LABELS[name]}: {humanize.duration(seconds)} ({humanize.percent(seconds / wall)})"
         spans.append(
             f'<span class="gp-{name}" title="{esc(tip)}"'
             f' style="width:{min(100.0, 100 * seconds / wall):.3f}%;background:{COLORS[name]}">'
@@ -72,21 +72,23 @@ def _row(label: str, wall: float, productive: float, causes: dict[str, float], s
     )
 
 
-def render_badput(g: badput.RunGoodput) -> str:
+def render_badput(g: goodput.RunGoodput) -> str:
     """The bars' HTML: the run, then its newest attempts, then a colour key."""
     if not g.attempts:
         return ""
     worst = max(g.badput.to_dict().items(), key=lambda kv: kv[1])
     note = (
-        f" · most lost to <b>{LABELS[worst[0]]}</b> ({fmt.duration(worst[1])})"
+        f" · most lost to <b>{LABELS[worst[0]]}</b> ({humanize.duration(worst[1])})"
         if worst[1] > 0
         else ""
     )
     running = " <span class='muted'>(running: counted up to now)</span>" if g.running else ""
     rows = [
-        f"<div class='gp-title'>goodput <b class='gp-run'>{fmt.percent(g.goodput)}</b>"
-        f" of {fmt.duration(g.wall_s)}{note}{running}</div>",
-        _row("<b>run</b>", g.wall_s, g.productive_s, g.badput.to_dict(), fmt.percent(g.goodput)),
+        f"<div class='gp-title'>goodput <b class='gp-run'>{humanize.percent(g.goodput)}</b>"
+        f" of {humanize.duration(g.wall_s)}{note}{running}</div>",
+        _row(
+            "<b>run</b>", g.wall_s, g.productive_s, g.badput.to_dict(), humanize.percent(g.goodput)
+        ),
     ]
     shown = g.attempts[-MAX_ATTEMPT_BARS:]
     if len(shown) < len(g.attempts):
@@ -99,7 +101,7 @@ def render_badput(g: badput.RunGoodput) -> str:
                 a.wall_s,
                 a.productive_s,
                 a.badput.to_dict(),
-                fmt.percent(a.goodput),
+                humanize.percent(a.goodput),
             )
         )
     key = "".join(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from ckptdash import humanize as fmt
+from ckptdash import humanize
 from ckptdash.analysis.run_words import logger_line
 from ckptdash.dash.feed.snapshot import RunSnapshot
 from ckptdash.dash.model import DashModel, rates, run_status
@@ -60,18 +60,18 @@ def render_header(model: DashModel) -> str:
         cells += [
             ("scheduler · job", job),
             ("attempt", f"{a.attempt}{budget if a.requeue_budget else ''}"),
-            ("host", esc(a.host or fmt.DASH)),
+            ("host", esc(a.host or humanize.DASH)),
         ]
-    step = fmt.number(r.step)
+    step = humanize.number(r.step)
     if r.max_steps:
-        step += f" <span class='muted'>/ {fmt.number(r.max_steps)}</span>"
+        step += f" <span class='muted'>/ {humanize.number(r.max_steps)}</span>"
     cells += [
         ("step", step),
-        ("epoch", fmt.number(r.epoch)),
-        ("steps/s", fmt.number(r.steps_per_s)),
-        ("ETA", fmt.duration(r.eta_s)),
-        ("time left (limit)", fmt.duration(r.time_left_s)),
-        ("last event", fmt.age(snap.last_seen, now)),
+        ("epoch", humanize.number(r.epoch)),
+        ("steps/s", humanize.number(r.steps_per_s)),
+        ("ETA", humanize.duration(r.eta_s)),
+        ("time left (limit)", humanize.duration(r.time_left_s)),
+        ("last event", humanize.age(snap.last_seen, now)),
     ]
     settings = snap.settings
     if settings is None:
@@ -113,7 +113,7 @@ def render_header(model: DashModel) -> str:
             f"<div class='problem' style='margin-top:2px'>untrusted: {esc(snap.untrusted)}</div>"
         )
     bad = sum(snap.bad_lines.values())
-    tail = f"{fmt.number(snap.events_total)} events"
+    tail = f"{humanize.number(snap.events_total)} events"
     if bad:
         tail += f", <span class='problem'>{bad} unreadable line(s) skipped</span>"
     return (

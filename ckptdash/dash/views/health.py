@@ -18,7 +18,7 @@ import panel as pn
 import param
 from panel.reactive import ReactiveHTML
 
-from ckptdash import humanize as fmt
+from ckptdash import humanize
 from ckptdash.analysis import health
 from ckptdash.dash.feed.snapshot import RunSnapshot
 from ckptdash.dash.model import rates
@@ -75,7 +75,7 @@ def render_banner(snap: RunSnapshot | None, now: float, stale_after_s: float | N
         return ""
     rows = "".join(
         f'<div class="alert" data-alert="{esc(a.kind)}"><b>{esc(LABELS.get(a.kind, a.kind))}</b>'
-        f" <span class='muted'>since {esc(fmt.age(a.since, now))}</span>"
+        f" <span class='muted'>since {esc(humanize.age(a.since, now))}</span>"
         f" — {esc(a.detail)}</div>"
         for a in alerts
     )
@@ -207,7 +207,11 @@ def render_ranks(snap: RunSnapshot | None, now: float) -> str:
         )
         if wide:
             steps = [r.step for r in members if r.step is not None]
-            span = f"{fmt.number(min(steps))}–{fmt.number(max(steps))}" if steps else fmt.DASH
+            span = (
+                f"{humanize.number(min(steps))}–{humanize.number(max(steps))}"
+                if steps
+                else humanize.DASH
+            )
             chips = f"<span class='muted'>{len(members)} ranks, steps {span}</span> {chips}"
         rows.append(f"<tr><td><code>{esc(host)}</code></td><td>{chips}</td></tr>")
     attempt = "" if newest is None else f" of attempt {newest.attempt}"
@@ -228,10 +232,10 @@ def _chip(r: RankInfo, mark: str) -> str:
     color = {"silent": "#c92a2a", "straggler": "#e8590c"}.get(mark, "#2f9e44")
     return (
         f'<span class="rank" data-rank="{r.rank}" data-mark="{mark}"'
-        f' title="rank {r.rank}: step {esc(fmt.number(r.step))}"'
+        f' title="rank {r.rank}: step {esc(humanize.number(r.step))}"'
         f' style="display:inline-block;margin:1px 3px;padding:1px 6px;border-radius:8px;'
         f'border:1px solid {color};color:{color}">{r.rank}'
-        f" <span class='muted'>{fmt.number(r.step)}</span>"
+        f" <span class='muted'>{humanize.number(r.step)}</span>"
         + (f" <b>{mark}</b>" if mark else "")
         + "</span>"
     )

@@ -18,7 +18,7 @@ from bokeh.events import Tap
 from bokeh.models import ColumnDataSource, HoverTool
 from bokeh.plotting import figure
 
-from ckptdash import humanize as fmt
+from ckptdash import humanize
 from ckptdash.dash import theme
 from ckptdash.dash.feed.snapshot import RunSnapshot
 from ckptdash.dash.model import DashModel
@@ -117,7 +117,7 @@ def metrics_at_save(snap: RunSnapshot, c: CheckpointInfo) -> str:
 
 
 def _shown(v: float) -> str:
-    return fmt.number(v, 4) if abs(v) < 1e4 else f"{v:.3g}"
+    return humanize.number(v, 4) if abs(v) < 1e4 else f"{v:.3g}"
 
 
 def metrics_data(snap: RunSnapshot | None, metric: str, log: bool = False) -> Data:

@@ -9,8 +9,8 @@ import pandas as pd
 import panel as pn
 from bokeh.models.widgets.tables import NumberFormatter
 
-from ckptdash import humanize as fmt
-from ckptdash.analysis import goodput as badput
+from ckptdash import humanize
+from ckptdash.analysis import goodput
 from ckptdash.dash.feed.snapshot import RunSnapshot
 from ckptdash.dash.model import DashModel, run_status
 from ckptdash.dash.views.frames import NUMBER, TEXT, typed_frame
@@ -77,7 +77,7 @@ class RunList(pn.viewable.Viewer):  # type: ignore[misc]
                     "status": run_status(r, now, stale)[0],
                     "attempt": None if newest is None else newest.attempt,
                     "step": None if newest is None else newest.step,
-                    "last event": fmt.age(r.last_seen, now),
+                    "last event": humanize.age(r.last_seen, now),
                     "events": r.events_total,
                     "goodput": _goodput_of(r, now),
                 }
@@ -108,4 +108,4 @@ class RunList(pn.viewable.Viewer):  # type: ignore[misc]
 
 def _goodput_of(snap: RunSnapshot, now: float) -> float | None:
     # The same numbers as `ckptdash goodput`.
-    return badput.compute(snap.attempts, snap.times, now).goodput
+    return goodput.compute(snap.attempts, snap.times, now).goodput

@@ -26,7 +26,7 @@ import panel as pn
 from bokeh.models import ColumnDataSource, DatetimeTickFormatter, HoverTool
 from bokeh.plotting import figure
 
-from ckptdash import humanize as fmt
+from ckptdash import humanize
 from ckptdash.analysis import preemption
 from ckptdash.dash import theme
 from ckptdash.dash.feed.snapshot import RunSnapshot
@@ -127,7 +127,8 @@ def _attempt_bands(band: Columns, snap: RunSnapshot, offset_s: float) -> None:
         band["desc"].append(
             _lines(
                 f"{a.scheduler} job {a.job_id or '-'} on {a.host or '?'}",
-                f"{fmt.clock(start)} → {fmt.clock(a.ended_at)} ({fmt.duration(end - start)})",
+                f"{humanize.clock(start)} → {humanize.clock(a.ended_at)}"
+                f" ({humanize.duration(end - start)})",
                 f"ended: {a.end_reason}" if a.end_reason else "",
                 f"resumed from {a.resumed_from} ({a.resume_reason})" if a.resumed_from else "",
             )
@@ -157,8 +158,8 @@ def _checkpoint_dots(ck: Columns, snap: RunSnapshot, offset_s: float) -> None:
         ck["desc"].append(
             _lines(
                 c.path,
-                f"{fmt.size(c.size_bytes)} saved in {fmt.duration(c.duration_s)}"
-                f" at {fmt.clock(c.t)} by attempt {c.attempt}",
+                f"{humanize.size(c.size_bytes)} saved in {humanize.duration(c.duration_s)}"
+                f" at {humanize.clock(c.t)} by attempt {c.attempt}",
                 c.reason or c.error,
             )
         )
@@ -169,7 +170,7 @@ def _signal_markers(sig: Columns, snap: RunSnapshot, offset_s: float) -> None:
         sig["x"].append(_ms(s.t, offset_s))
         sig["y"].append(s.step if s.step is not None else _step_at(snap, s.attempt, s.t))
         sig["title"].append(f"signal {s.signal} → {s.action or '?'}")
-        sig["desc"].append(_lines(f"attempt {s.attempt} rank {s.rank} at {fmt.clock(s.t)}"))
+        sig["desc"].append(_lines(f"attempt {s.attempt} rank {s.rank} at {humanize.clock(s.t)}"))
 
 
 def _requeue_markers(rq: Columns, snap: RunSnapshot, offset_s: float) -> None:
@@ -214,9 +215,9 @@ def _margin_bars(mg: Columns, snap: RunSnapshot, offset_s: float) -> None:
         mg["title"].append(f"preemption of attempt {p.attempt}")
         mg["desc"].append(
             _lines(
-                f"signal {p.signal} → save durable: {fmt.duration(p.signal_to_save_s)}",
-                f"save → requeue: {fmt.duration(p.save_to_requeue_s)}",
-                f"work lost: {fmt.duration(p.lost_s)}",
+                f"signal {p.signal} → save durable: {humanize.duration(p.signal_to_save_s)}",
+                f"save → requeue: {humanize.duration(p.save_to_requeue_s)}",
+                f"work lost: {humanize.duration(p.lost_s)}",
             )
         )
 

@@ -9,7 +9,7 @@ from typing import Any, Final
 
 import panel as pn
 
-from ckptdash.dash import theme
+from ckptdash.dash import compat, theme
 from ckptdash.dash.model import DashModel
 from ckptdash.dash.views.text import esc
 
@@ -66,7 +66,7 @@ class HtmlPane(pn.pane.HTML):  # type: ignore[misc]
         super().__init__(object, **{"stylesheets": [*theme.stylesheets(), CSS], **params})
 
     def _update(self, ref: str, model: Any) -> None:
-        model.update(text=self._get_properties(model.document)["text"])
+        model.update(text=compat.pane_properties(self, model.document)["text"])
 
 
 class ReadOnlyTabulator(pn.widgets.Tabulator):  # type: ignore[misc]
