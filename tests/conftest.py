@@ -91,9 +91,15 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     return True if str(rel) in _not_unit() else None
 
 
+_ONE_WORKER = {"slurm": "slurm", "gridengine": "gridengine"}
+"""Folders whose tests share one real cluster (fixed ports, one spool): `make test`'s two
+workers (pytest-xdist, ``--dist loadgroup``) give each folder's tests to one worker."""
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     here = Path(__file__).parent
     listed = _not_unit()
+    uses_accounts: dict[Path, bool] = {}
     for item in items:
         try:
             rel = Path(item.path).relative_to(here.parent)
@@ -102,6 +108,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         folder = rel.parts[1] if len(rel.parts) > 2 else ""
         if folder in _TIER_FOLDERS:
             item.add_marker(_TIER_FOLDERS[folder])
+        # The modules that create the extra Unix accounts (tests/security/accounts.py) share
+        # them: one worker runs them all.
+        if item.path not in uses_accounts:
+            uses_accounts[item.path] = "accounts import" in item.path.read_text()
+        group = _ONE_WORKER.get(folder) or ("accounts" if uses_accounts[item.path] else None)
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
         name = getattr(item, "originalname", None) or item.name
         marker = listed.get(f"{rel}::{name}") or listed.get(str(rel))
         if marker:
