@@ -45,7 +45,7 @@ from ckptdash.rundir import RunDir, door
 from ckptdash.rundir.writer import EventWriter
 from ckptdash.schedulers import detect
 from ckptdash.schedulers.base import Scheduler
-from ckptdash.train import anomaly, crash_loop, dist, requeue, resuming
+from ckptdash.train import anomaly, crash_loop, dist, exit_status, requeue, resuming
 from ckptdash.train.announce import announce_stream, announcement
 from ckptdash.train.attempts import attempt_number
 from ckptdash.train.cadence import Cadence
@@ -320,7 +320,11 @@ class Session:
         if self._writer is not None:
             # Stays open: a user's trainer.save_checkpoint() after fit() is still recorded.
             self._writer.sync()
-            self.scheduler.settle_requeue()  # rank 0: Grid Engine's rerun needs its own kill
+            # Rank 0: Grid Engine reruns the job only if it ends after its notify signal, and
+            # surely if it exits 99 (ckptdash.schedulers.gridengine).
+            self.scheduler.settle_requeue(self.signals.received_since)
+            if self.scheduler.exit_status is not None:
+                exit_status.request(self.scheduler.exit_status)
 
     def _requeue_if_asked_since_terminating(self) -> None:
         """A terminate signal followed by a requeue signal before the attempt ends is one
