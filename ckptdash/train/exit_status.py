@@ -23,9 +23,11 @@ import sys
 _requested: list[int] = []
 
 
-def request(status: int) -> None:
+def request(status: int | None) -> None:
     """End the process with ``status`` when the interpreter exits normally (the last request
-    wins)."""
+    wins); None asks for nothing."""
+    if status is None:
+        return
     if not _requested:
         atexit.register(_exit)
     _requested.append(status)
