@@ -381,3 +381,41 @@ def test_an_exit_status_request_ends_the_normal_exit_with_it(tmp_path: os.PathLi
     assert proc.stdout == "after\n"
     with open(log) as f:
         assert "logged" in f.read()
+
+
+def test_a_job_still_in_transfer_is_rescheduled_only_once_running(
+    tmp_path: os.PathLike[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """qmaster may still have a running job in transfer (t) long after it started on a busy
+    cell, and a qmod -rj then lost its kill order (tests/gridengine): ckptdash's requeue and
+    watch's act wait until qstat says r before qmod -rj."""
+    ran = tmp_path / "ran"  # type: ignore[operator]
+    fake = tmp_path / "qmod"  # type: ignore[operator]
+    fake.write_text(
+        f'#!/bin/sh\necho x >> {ran}\necho "Pushed rescheduling of job $2 on host vm"\n'
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setattr(time, "sleep", lambda s: None)
+    looks: list[str] = []
+
+    def cell(argv: Sequence[str], t: float) -> tuple[int, str]:
+        looks.append("qmod ran" if ran.exists() else "before")
+        return 0, listing(("12", "t" if len(looks) < 3 else "r", ""))
+
+    assert GridEngineScheduler(ENV, cell).requeue().ok
+    assert looks == ["before", "before", "before"]  # t, t, then r: qmod -rj only then
+    moving = FakeCell({"12": "t"})
+    real = moving.__call__
+
+    def settles(argv: Sequence[str], t: float) -> tuple[int, str]:
+        if argv[:2] == ["qstat", "-u"] and moving.ran.count(["qstat", "-u", "*"]) >= 2:
+            moving.states["12"] = moving.states["12"].replace("t", "r")
+        return real(argv, t)
+
+    from ckptdash.ops.watch import act
+
+    _, ok, what = act("requeue", "12", settles, scheduler="gridengine")
+    assert ok and "now Rq" in what, what
+    qstats = [i for i, a in enumerate(moving.ran) if a[:2] == ["qstat", "-u"]]
+    assert len(qstats) >= 3 and moving.ran.index(["qmod", "-rj", "12"]) > qstats[2]

@@ -56,6 +56,11 @@ SETTLE_S = 60.0
 it comes with execd's next report (``load_report_time``, 40 s by default); then the job exits
 99 anyway."""
 
+TRANSFER_S = 30.0
+"""Longest wait for qmaster to have the job running (``r``, not ``t``) before ``qmod -rj``: on
+the tier's busy cell a reschedule of a job still in transfer lost its kill order (no notify,
+no kill, no rerun)."""
+
 RERUN_EXIT = 99
 """The exit status Grid Engine reruns a job by (even with ``-r n``, unless the cell's
 ``qmaster_params`` say ``FORBID_RESCHEDULE``)."""
@@ -202,6 +207,10 @@ class GridEngineScheduler(Scheduler):
             return RequeueResult(
                 True, f"qmod -rj {job}", None, f"already being rescheduled (qstat state {state})"
             )
+        deadline = time.monotonic() + TRANSFER_S
+        while state is not None and "t" in state and time.monotonic() < deadline:
+            time.sleep(0.5)  # still in transfer: a qmod -rj now was seen to lose its kill
+            state = self._state()
         result = run_command(["qmod", "-rj", job])
         ok, output = requeue_ok(result.returncode, result.output), result.output
         if not ok and result.returncode == 0 and not output:

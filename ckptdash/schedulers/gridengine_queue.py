@@ -24,11 +24,12 @@ import re
 import shlex
 import shutil
 import subprocess
+import time
 
 from ckptdash.errors import SchedulerError, SchedulerUnavailable
 from ckptdash.schedulers import evidence
 from ckptdash.schedulers.base import JobView, Queue, subprocess_runner, tail
-from ckptdash.schedulers.gridengine import requeue_ok, state_of
+from ckptdash.schedulers.gridengine import TRANSFER_S, requeue_ok, state_of
 
 TIMEOUT_S = 10.0
 """How long one Grid Engine command may take before it counts as unavailable."""
@@ -205,6 +206,10 @@ class GridEngineQueue(Queue):
             # reschedule ends this one, so the job waits held (hRq) instead of starting again.
             self._must(["qhold", job], job)
         command = f"qmod -rj {job}"
+        deadline = time.monotonic() + TRANSFER_S
+        while "t" in view.state and time.monotonic() < deadline:
+            time.sleep(0.5)  # in transfer: a reschedule now was seen to lose its kill order
+            view = self._known(job, "requeue")
         out = self._must(["qmod", "-rj", job], job)
         if not requeue_ok(0, out):
             # qmod -rj exits 0 when it refuses ("is not restartable", "already in deleted
