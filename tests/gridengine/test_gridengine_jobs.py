@@ -108,8 +108,8 @@ def hard_limit(cell: Cell) -> dict[str, Any]:
 def hold_release(cell: Cell) -> dict[str, Any]:
     """A requeued job waiting held (hRq): ckptdash requeue --hold/--release act through
     qhold/qrls on the run's own Grid Engine job; released, it resumes and finishes."""
-    run = _run(cell, "hold")
-    job = cell.submit(RUN.format(run=run, steps=300, extra=""), "-notify", "-r", "y")
+    run = _run(cell, "hold")  # long enough to wait its turn for the reschedule
+    job = cell.submit(RUN.format(run=run, steps=600, extra=""), "-notify", "-r", "y")
     cell.wait("training", steps_reached(run, 5))
     cell.running(job)
     cell.q("qhold", job)  # a hold on a running job applies to its next run
