@@ -15,7 +15,7 @@ done
 [ ${#missing[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" -ne 0 ]; then
     echo "ckptdash: missing system packages: ${missing[*]} (sudo apt-get install ${missing[*]});" \
-         "the SLURM and browser test tiers skip without them"
+         "the SLURM, Grid Engine and browser test tiers skip without them"
     [ "${CI:-}" = "true" ] && exit 1
     exit 0
 fi

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Sequence
 
 import pytest
 
@@ -16,12 +17,22 @@ from ckptdash.schedulers import gridengine
 from ckptdash.schedulers.base import RequeueResult
 from ckptdash.schedulers.gridengine import GridEngineScheduler
 from ckptdash.schedulers.gridengine_queue import GridEngineQueue
+from ckptdash.train.signals import SignalRecorder
 
 ENV = {"JOB_ID": "12", "SGE_ROOT": "/var/lib/gridengine", "SGE_CELL": "default"}
 HEAD = (
     "job-ID  prior   name       user         state submit/start at     queue"
     "                          slots ja-task-ID \n" + "-" * 113 + "\n"
 )
+
+
+@pytest.fixture
+def usr2_default() -> Iterator[None]:
+    """USR2 at its default action for the test, and put back after it."""
+    before = signal.getsignal(signal.SIGUSR2)
+    signal.signal(signal.SIGUSR2, signal.SIG_DFL)
+    yield
+    signal.signal(signal.SIGUSR2, before if before is not None else signal.SIG_DFL)
 
 
 def listing(*rows: tuple[str, str, str]) -> str:
@@ -81,6 +92,11 @@ class FakeCell:
         if cmd == "qalter":
             self.restart = "1" if argv[2] == "y" else "2"
             return 0, f"modified restart behaviour of job {job}"
+        if cmd == "qmod" and argv[1] == "-rj":
+            if self.restart == "2":  # exit 0 when it refuses, as the real one
+                return 0, f"job {job} is not restartable"
+            self.states[job] = ("h" if "h" in self.states[job] else "") + "Rq"
+            return 0, f"Pushed rescheduling of job {job} on host vm"
         raise AssertionError(argv)
 
     def made(self, *argv: str) -> bool:
@@ -213,12 +229,53 @@ def test_status_and_refusal_as_for_slurm() -> None:
         GridEngineQueue(down).hold("12")
 
 
-def test_after_its_own_requeue_the_job_waits_for_grid_engines_kill(
+@pytest.mark.usefixtures("usr2_default")
+def test_after_its_own_requeue_the_job_ends_on_grid_engines_notify_signal(
     tmp_path: os.PathLike[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Grid Engine does not rerun a job that exits before its reschedule kill: after a
-    qmod -rj that pushed the reschedule, the attempt's end waits until the job is gone from
-    qstat (here after three looks); without a requeue it does not wait at all."""
+    """Grid Engine reruns a job that ends after its notify signal, not one that ends before
+    it nor one killed at the end of the notify time (tests/gridengine): after a qmod -rj that
+    pushed the reschedule, the attempt's end waits for a SIGUSR2 received in this attempt (the
+    session's recorder, holding USR2 after run_finished) and returns on it while qstat still
+    lists the job (on the original code it waited for the kill); a USR2 from before the
+    attempt does not count, one before the push does (the hard limit's: Grid Engine's kill is
+    under way); without a requeue it does not wait at all."""
+    fake = tmp_path / "qmod"  # type: ignore[operator]
+    fake.write_text('#!/bin/sh\necho "Pushed rescheduling of job $2 on host vm"\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    recorder = SignalRecorder(["SIGUSR2"])
+    recorder.hold_late()  # as after run_finished
+    signal.raise_signal(signal.SIGUSR2)  # an earlier attempt's
+    looks: list[int] = []
+
+    def cell(argv: Sequence[str], t: float) -> tuple[int, str]:
+        looks.append(1)
+        if len(looks) == 3:  # Grid Engine's notify, while the job is listed as rescheduling
+            signal.raise_signal(signal.SIGUSR2)
+        return 0, listing(("12", "r" if len(looks) == 1 else "Rr", ""))
+
+    time.sleep(0.01)
+    ge = GridEngineScheduler(ENV, cell)
+    ge.settle_requeue(recorder.received_since)
+    assert looks == []  # no requeue issued: nothing to wait for
+    assert ge.requeue().ok
+    ge.settle_requeue(recorder.received_since)
+    assert len(looks) == 3  # the look that brought the notify was the last
+    looks.clear()
+    hard = GridEngineScheduler(ENV, cell)
+    signal.raise_signal(signal.SIGUSR2)  # h_rt's notify, then ckptdash's own requeue
+    assert hard.requeue().ok
+    hard.settle_requeue(recorder.received_since)
+    assert len(looks) == 1  # only requeue's look: the wait ended at once
+    assert [r.name for r in recorder.take()] == ["SIGUSR2"] * 3
+
+
+def test_without_notify_the_wait_ends_when_grid_engine_forgets_the_job(
+    tmp_path: os.PathLike[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job without -notify gets no USR2, only the kill: the wait ends at the kill, or
+    once qstat no longer lists the job (here at the fourth look)."""
     fake = tmp_path / "qmod"  # type: ignore[operator]
     fake.write_text('#!/bin/sh\necho "Pushed rescheduling of job $2 on host vm"\n')
     fake.chmod(0o755)
@@ -228,14 +285,12 @@ def test_after_its_own_requeue_the_job_waits_for_grid_engines_kill(
     def cell(argv: Sequence[str], t: float) -> tuple[int, str]:
         looks.append(1)
         state = "r" if len(looks) == 1 else "Rr"  # running, then rescheduling
-        return 0, listing(("12", state, "")) if len(looks) < 3 else listing()
+        return 0, listing(("12", state, "")) if len(looks) < 4 else listing()
 
     ge = GridEngineScheduler(ENV, cell)
-    ge.settle_requeue()
-    assert looks == []  # no requeue issued: nothing to wait for
     assert ge.requeue().ok
     ge.settle_requeue()
-    assert len(looks) == 3
+    assert len(looks) == 4
 
 
 def test_a_reschedule_under_way_is_not_pushed_a_second_time(
@@ -257,3 +312,110 @@ def test_a_reschedule_under_way_is_not_pushed_a_second_time(
     assert not ran.exists()
     assert GridEngineScheduler({**ENV, "RESTARTED": "1"}, rr).requeue().ok
     assert ran.read_text() == "x\n"
+
+
+def test_watch_acts_on_a_grid_engine_job_through_its_queue() -> None:
+    """ckptdash watch's --on actions on a Grid Engine job (on the original code every action
+    was SLURM's): requeue is qmod -rj judged by its output (a refusal with exit 0 is not
+    done, and says how to allow it), cancel is qdel, hold of a running job is qhold and then
+    qmod -rj (it waits held as hRq), of a pending one qhold alone."""
+    from ckptdash.ops.watch import act
+
+    cell = FakeCell({"12": "r"})
+    command, ok, what = act("requeue", "12", cell, scheduler="gridengine")
+    assert (command, ok) == ("qmod -rj 12", True), what
+    assert "Pushed rescheduling" in what and "now Rq" in what
+    refusing = FakeCell({"12": "r"}, restart="2")
+    command, ok, what = act("requeue", "12", refusing, scheduler="gridengine")
+    assert not ok and "not restartable" in what and "qalter -r y" in what, what
+    running = FakeCell({"12": "r"})
+    command, ok, what = act("hold", "12", running, scheduler="gridengine")
+    assert ok and command == "qhold 12; qmod -rj 12" and running.states["12"] == "hRq", what
+    pending = FakeCell({"12": "qw"})
+    command, ok, _ = act("hold", "12", pending, scheduler="gridengine")
+    assert ok and pending.states["12"] == "hqw" and not pending.made("qmod", "-rj", "12")
+    gone = FakeCell({"12": "r"})
+    assert act("cancel", "12", gone, scheduler="gridengine")[:2] == ("qdel 12", True)
+    assert "12" not in gone.states
+    command, ok, what = act("requeue", "13", FakeCell({}), scheduler="gridengine")
+    assert (command, ok) == ("qmod -rj 13", False) and "unknown to Grid Engine" in what
+
+
+def test_a_requeued_attempt_asks_for_exit_99(
+    tmp_path: os.PathLike[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reschedule ckptdash pushed, or one under way, asks for exit status 99 (Grid Engine
+    reruns a job by it whenever its reschedule bookkeeping took the end as the job's own);
+    a refused qmod -rj asks for nothing (the job is not restartable: it ends)."""
+    fake = tmp_path / "qmod"  # type: ignore[operator]
+    fake.write_text('#!/bin/sh\necho "Pushed rescheduling of job $2 on host vm"\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    pushed = GridEngineScheduler(ENV, FakeCell({"12": "r"}))
+    assert pushed.exit_status is None
+    assert pushed.requeue().ok and pushed.exit_status == 99
+    under_way = GridEngineScheduler({**ENV, "RESTARTED": "0"}, FakeCell({"12": "Rr"}))
+    assert under_way.requeue().ok and under_way.exit_status == 99
+    fake.write_text('#!/bin/sh\necho "job $2 is not restartable"\n')
+    refused = GridEngineScheduler(ENV, FakeCell({"12": "r"}))
+    assert not refused.requeue().ok and refused.exit_status is None
+
+
+@pytest.mark.process
+def test_an_exit_status_request_ends_the_normal_exit_with_it(tmp_path: os.PathLike[str]) -> None:
+    """exit_status.request(99): the script runs to its end, its output and logging are
+    flushed, and the process exits 99 (Grid Engine's rerun), not 0."""
+    import subprocess
+    import sys
+
+    log = os.path.join(tmp_path, "log.txt")
+    code = (
+        "import logging\nfrom ckptdash.train import exit_status\n"
+        f"logging.basicConfig(filename={log!r})\n"
+        "exit_status.request(99)\nlogging.warning('logged')\nprint('after', flush=False)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert proc.returncode == 99, proc.stderr
+    assert proc.stdout == "after\n"
+    with open(log) as f:
+        assert "logged" in f.read()
+
+
+def test_a_job_still_in_transfer_is_rescheduled_only_once_running(
+    tmp_path: os.PathLike[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """qmaster may still have a running job in transfer (t) long after it started on a busy
+    cell, and a qmod -rj then lost its kill order (tests/gridengine): ckptdash's requeue and
+    watch's act wait until qstat says r before qmod -rj."""
+    ran = tmp_path / "ran"  # type: ignore[operator]
+    fake = tmp_path / "qmod"  # type: ignore[operator]
+    fake.write_text(
+        f'#!/bin/sh\necho x >> {ran}\necho "Pushed rescheduling of job $2 on host vm"\n'
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setattr(time, "sleep", lambda s: None)
+    looks: list[str] = []
+
+    def cell(argv: Sequence[str], t: float) -> tuple[int, str]:
+        looks.append("qmod ran" if ran.exists() else "before")
+        return 0, listing(("12", "t" if len(looks) < 3 else "r", ""))
+
+    assert GridEngineScheduler(ENV, cell).requeue().ok
+    assert looks == ["before", "before", "before"]  # t, t, then r: qmod -rj only then
+    moving = FakeCell({"12": "t"})
+    real = moving.__call__
+
+    def settles(argv: Sequence[str], t: float) -> tuple[int, str]:
+        if argv[:2] == ["qstat", "-u"] and moving.ran.count(["qstat", "-u", "*"]) >= 2:
+            moving.states["12"] = moving.states["12"].replace("t", "r")
+        return real(argv, t)
+
+    from ckptdash.ops.watch import act
+
+    _, ok, what = act("requeue", "12", settles, scheduler="gridengine")
+    assert ok and "now Rq" in what, what
+    qstats = [i for i, a in enumerate(moving.ran) if a[:2] == ["qstat", "-u"]]
+    assert len(qstats) >= 3 and moving.ran.index(["qmod", "-rj", "12"]) > qstats[2]

@@ -8,8 +8,9 @@ detectors every ``interval_s``, and for each alert that begins or ends:
 2. runs ``--exec CMD`` with the alert as one JSON object on stdin, and/or POSTs the same JSON
    to ``--webhook URL`` (retried, rate-limited, from a sender thread so a slow endpoint never
    delays detection);
-3. for a raised alert with a rule (``--on hung=requeue``), acts through SLURM's commands on
-   the run's job and writes ``action_taken`` with the command and its result.
+3. for a raised alert with a rule (``--on hung=requeue``), acts on the run's job through its
+   scheduler's :class:`~ckptdash.schedulers.base.Queue` (SLURM, Grid Engine) and writes
+   ``action_taken`` with the command and its result.
 
 The alert JSON::
 
@@ -24,7 +25,6 @@ import contextlib
 import json
 import os
 import queue
-import shlex
 import subprocess
 import sys
 import threading
@@ -36,15 +36,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, TextIO
 
-from ckptdash import control
+from ckptdash import control, schedulers
 from ckptdash.analysis import health
 from ckptdash.analysis.health import Alert, Thresholds
-from ckptdash.errors import CkptDashError, RunDirError
+from ckptdash.errors import CkptDashError, RunDirError, SchedulerError
 from ckptdash.events import ActionTaken, AlertCleared, AlertRaised
 from ckptdash.ops import liveness
 from ckptdash.rundir import RunDir
 from ckptdash.rundir.writer import EventWriter
-from ckptdash.schedulers import slurm_queue
 from ckptdash.schedulers.base import Runner
 from ckptdash.state import RunState
 from ckptdash.state.runset import RunSet
@@ -213,50 +212,29 @@ def act(
     runner: Runner | None = None,
     *,
     run_root: str | os.PathLike[str] | None = None,
+    scheduler: str = "slurm",
 ) -> tuple[str, bool, str]:
-    """Carry out ``action`` on SLURM job ``job``: (the command, ok, what happened).
+    """Carry out ``action`` on ``scheduler``'s job ``job``: (the command, ok, what happened).
 
-    Only on a job :func:`slurm_queue.verify_job` accepts (yours, and started by the run at
-    ``run_root`` when the id came from its log); otherwise nothing runs and the refusal is
+    Through the scheduler's :class:`~ckptdash.schedulers.base.Queue` (``slurm``,
+    ``gridengine``), only on a job its ``verify_job`` accepts (yours, and started by the run
+    at ``run_root`` when the id came from its log); otherwise nothing runs and the refusal is
     what happened.
     """
-    shown = {"requeue": "scontrol requeue", "cancel": "scancel", "hold": "scontrol hold"}
-    if action not in shown:
+    if action not in ("requeue", "cancel", "hold"):
         raise CkptDashError(f"unknown action {action!r}")
+    q = schedulers.queue_for(scheduler, runner)
+    if q is None:
+        return "", False, f"ckptdash cannot act through scheduler {scheduler!r}"
+    shown = q.act_command(action, job)
     try:
-        view = slurm_queue.verify_job(job, run_root=run_root, runner=runner)
-    except slurm_queue.SlurmError as exc:
-        return f"{shown[action]} {job}", False, str(exc)
-    if view is None:
-        verb = "held" if action == "hold" else "done"
-        return f"{shown[action]} {job}", False, f"not {verb}: the job is unknown to SLURM"
-    if action == "requeue":
-        argv = ["scontrol", "requeue", job]
-    elif action == "cancel":
-        argv = ["scancel", job]
-    else:
-        if view.finished:
-            return f"scontrol hold {job}", False, f"not held: the job is {view.state}"
-        if view.held:
-            return f"scontrol hold {job}", True, "already held"
-        if view.state != "RUNNING":
-            # Pending, or between attempts (COMPLETING, REQUEUED): hold() waits for the queue.
-            try:
-                held = slurm_queue.hold(job, runner=runner)
-            except slurm_queue.SlurmError as exc:
-                return f"scontrol hold {job}", False, str(exc)
-            return f"scontrol hold {job}", True, f"held; now {held.describe()}"
-        # A running attempt of a crash loop: requeue it held, so no further attempt starts.
-        argv = ["scontrol", "requeuehold", job]
-    command = shlex.join(argv)
-    try:
-        out = slurm_queue.run_command(argv, job, runner=runner)
-    except slurm_queue.SlurmError as exc:
-        return command, False, str(exc)
-    after = slurm_queue.job_view(job, runner=runner) if action != "cancel" else None
-    what = f"done{': ' + out if out else ''}"
-    if after is not None:
-        what += f"; now {after.describe()}"
+        view = q.verify_job(job, run_root=run_root)
+        if view is None:
+            verb = "held" if action == "hold" else "done"
+            return shown, False, f"not {verb}: the job is unknown to {q.label}"
+        command, what = q.act(action, view)
+    except SchedulerError as exc:
+        return shown, False, str(exc)
     return command, True, what
 
 
@@ -283,7 +261,7 @@ class Fired:
 class Watch:
     """Watches ``path`` (a run or a folder of runs); see the module docstring.
 
-    ``runner`` replaces SLURM's commands (tests); ``clock`` the time now.
+    ``runner`` replaces the scheduler's commands (tests); ``clock`` the time now.
     """
 
     def __init__(
@@ -427,7 +405,7 @@ class Watch:
             "run": run.state.run_id,
             "root": str(rd.root),
             "attempt": f.alert.attempt,
-            "job_id": slurm_queue.job_of(run.state.attempts.values()),
+            "job_id": _job_id(run.state),
             "t": self.clock(),
             "who": self.who,
         }
@@ -453,15 +431,16 @@ class Watch:
             self.webhook.post(payload)
 
     def _act(self, rd: RunDir, run: _Run, alert: Alert, action: str) -> tuple[str, bool, str]:
-        job = slurm_queue.job_of(run.state.attempts.values())
+        job = schedulers.job_of(run.state.attempts.values())
         if job is None:
             result: tuple[str, bool, str] = (
                 "",
                 False,
-                "no attempt of this run recorded a SLURM job id: nothing to act on",
+                "no attempt of this run recorded a scheduler's job id (SLURM, Grid Engine):"
+                " nothing to act on",
             )
         else:
-            result = act(action, job, self.runner, run_root=rd.root)
+            result = act(action, job[1], self.runner, run_root=rd.root, scheduler=job[0])
         command, ok, what = result
         try:
             self._writer(rd, run, self._attempt(run, alert)).emit(
@@ -485,6 +464,12 @@ class Watch:
             flush=True,
         )
         return result
+
+
+def _job_id(state: RunState) -> str | None:
+    """The run's newest scheduler job id (SLURM's or Grid Engine's), for the alert JSON."""
+    job = schedulers.job_of(state.attempts.values())
+    return None if job is None else job[1]
 
 
 def _open_alerts(state: RunState) -> dict[str, Alert]:

@@ -27,6 +27,10 @@ from typing import Any, Literal
 SignalMeaning = Literal["requeue", "terminate", "ignore"]
 """The same words as :data:`ckptdash.train.config.SignalAction`."""
 
+Signalled = Callable[[str, float], bool]
+"""``signalled(name, since)``: whether signal ``name`` reached this process since Unix time
+``since`` (the session's :meth:`~ckptdash.train.signals.SignalRecorder.received_since`)."""
+
 
 @dataclass(frozen=True, slots=True)
 class RequeueResult:
@@ -47,6 +51,9 @@ class Scheduler:
 
     def __init__(self, environ: Mapping[str, str] | None = None) -> None:
         self.env = dict(os.environ if environ is None else environ)
+        self.exit_status: int | None = None
+        """The process's exit status this scheduler reruns a requeued job by (Grid Engine: 99),
+        set by :meth:`requeue`; the session asks for it as the attempt ends (rank 0)."""
 
     @property
     def job_id(self) -> str | None:
@@ -82,9 +89,11 @@ class Scheduler:
     def requeue(self) -> RequeueResult:
         return RequeueResult(False, "", None, "no scheduler to requeue with (local run)")
 
-    def settle_requeue(self) -> None:
-        """Called as the attempt ends (rank 0, its outcome written): a scheduler that reruns a
-        job only if its own kill ends it (Grid Engine) waits here for that kill."""
+    def settle_requeue(self, signalled: Signalled = lambda name, since: False) -> None:
+        """Called as the attempt ends (rank 0, its outcome written): a scheduler whose rerun
+        depends on when the job ends after its own requeue (Grid Engine: after its notify
+        signal, not before it) waits here. ``signalled(name, since)``: whether signal
+        ``name`` reached this process at or after Unix time ``since``."""
 
 
 # A requeue makes the scheduler signal every process of the job, this command included, which
@@ -343,6 +352,19 @@ class Queue:
 
     def cancel_pending(self, job_id: str) -> JobView | None:
         """Cancel the job if, and only if, it waits in the queue (held or not)."""
+        raise NotImplementedError
+
+    def act_command(self, action: str, job_id: str) -> str:
+        """The command :meth:`act` runs for ``action`` (``requeue``, ``cancel``, ``hold``), as
+        ``ckptdash watch`` shows it when nothing ran (``scontrol requeue 77``, ``qdel 12``)."""
+        raise NotImplementedError
+
+    def act(self, action: str, view: JobView) -> tuple[str, str]:
+        """Carry out a ``ckptdash watch --on`` rule's ``action`` on the job ``view`` describes
+        (already verified: :meth:`verify_job`): ``requeue`` it, ``cancel`` it, or ``hold``
+        it (a running attempt requeued held, a pending job held, a held one left alone).
+        Returns (the command run, what happened); SchedulerError when it was refused or
+        failed, naming the job and the fix."""
         raise NotImplementedError
 
     def mirror_requeue(self, job_id: str, allowed: bool) -> str:

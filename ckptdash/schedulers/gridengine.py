@@ -18,6 +18,15 @@
   "Pushed rescheduling of job ..." when it did reschedule. A job may also requeue itself by
   exiting 99 (Grid Engine reruns it, even with ``-r n``); ckptdash's resume rule picks up the
   save on the rerun either way.
+* Measured on the tier's cell: after a ``qmod -rj`` qmaster keeps the old run on the host's
+  reschedule list for about two execd reports after its kill order (the notify signal); an
+  end reported later is taken as the job's own end, and a job that exits 0 is then not
+  rerun (nor one killed at the end of a notify time longer than that), and the kill order
+  itself was seen lost. So a requeued attempt ends the process with exit status 99
+  (:mod:`ckptdash.train.exit_status`), which Grid Engine reruns either way, and after
+  ckptdash's own ``qmod -rj`` it ends once the notify has come
+  (:meth:`GridEngineScheduler.settle_requeue`). The batch script must ``exec`` Python (or
+  pass its status on).
 * Time left: no variable gives it; ``qstat -xml -j JOB`` has the start time and the ``h_rt``
   request, read once.
 
@@ -36,14 +45,25 @@ from ckptdash.schedulers.base import (
     RequeueResult,
     Runner,
     Scheduler,
+    Signalled,
     SignalMeaning,
     run_command,
     subprocess_runner,
 )
 
-SETTLE_S = 300.0
-"""Longest wait for Grid Engine's kill after ckptdash's own ``qmod -rj`` (notify time: 60 s
-by default, the kill comes after it)."""
+SETTLE_S = 60.0
+"""Longest wait for Grid Engine's notify signal (or its kill) after ckptdash's own ``qmod -rj``:
+it comes with execd's next report (``load_report_time``, 40 s by default); then the job exits
+99 anyway."""
+
+TRANSFER_S = 30.0
+"""Longest wait for qmaster to have the job running (``r``, not ``t``) before ``qmod -rj``: on
+the tier's busy cell a reschedule of a job still in transfer lost its kill order (no notify,
+no kill, no rerun)."""
+
+RERUN_EXIT = 99
+"""The exit status Grid Engine reruns a job by (even with ``-r n``, unless the cell's
+``qmaster_params`` say ``FORBID_RESCHEDULE``)."""
 
 RESCHEDULED = "Pushed rescheduling of"
 """What ``qmod -rj`` prints when it did reschedule the job (or task)."""
@@ -120,6 +140,7 @@ class GridEngineScheduler(Scheduler):
         self._end_time: float | None = None
         self._end_time_read = False
         self._issued = False
+        self._since = time.time()
 
     @property
     def job_id(self) -> str | None:
@@ -182,9 +203,14 @@ class GridEngineScheduler(Scheduler):
             # and kills and forgets a job whose old run is still there ("not supposed to be
             # there - killing").
             self._issued = False
+            self.exit_status = RERUN_EXIT
             return RequeueResult(
                 True, f"qmod -rj {job}", None, f"already being rescheduled (qstat state {state})"
             )
+        deadline = time.monotonic() + TRANSFER_S
+        while state is not None and "t" in state and time.monotonic() < deadline:
+            time.sleep(0.5)  # still in transfer: a qmod -rj now was seen to lose its kill
+            state = self._state()
         result = run_command(["qmod", "-rj", job])
         ok, output = requeue_ok(result.returncode, result.output), result.output
         if not ok and result.returncode == 0 and not output:
@@ -193,6 +219,7 @@ class GridEngineScheduler(Scheduler):
             if state is not None and "R" in state and "d" not in state:
                 ok, output = True, f"already being rescheduled (qstat state {state})"
         self._issued = ok and RESCHEDULED in output
+        self.exit_status = RERUN_EXIT if ok else None
         return RequeueResult(ok, result.command, result.returncode, output)
 
     def _state(self) -> str | None:
@@ -201,17 +228,26 @@ class GridEngineScheduler(Scheduler):
             return None
         return state_of(answer[1], self.env.get("JOB_ID", ""), task_id(self.env))
 
-    def settle_requeue(self) -> None:
-        """After ckptdash's own ``qmod -rj`` the job must not end by itself: Grid Engine does not
-        rerun a job that exits before its reschedule kill (the tier's soft-limit scenario). So
-        the last process waits for the kill (after the notify time), bounded by
-        :data:`SETTLE_S`, and returns early once Grid Engine no longer lists the job."""
+    def settle_requeue(self, signalled: Signalled = lambda name, since: False) -> None:
+        """After ckptdash's own pushed ``qmod -rj``, end only once Grid Engine's notify signal
+        (SIGUSR2 with ``qsub -notify``) has come, or its kill (without ``-notify``).
+
+        Measured on the tier's cell: a job that exits 0 before the notify is not rerun (its
+        end reads as the job's own finish), nor one that outlives the notify until the kill
+        (``qacct``: ``failed 100 : assumedly after job``), while one that exits after the
+        notify is rerun within seconds. ckptdash keeps a SIGUSR2 after ``run_finished``
+        from ending the process (:mod:`ckptdash.train.signals`), so the wait ends on the
+        signal itself; one that came before the push (the hard limit's, whose kill is under
+        way) counts too. Bounded by :data:`SETTLE_S` (the process then exits 99 all the same);
+        returns early once Grid Engine no longer lists the job."""
         if not self._issued:
             return
         deadline = time.monotonic() + SETTLE_S
+        job = self.env.get("JOB_ID", "")
         while time.monotonic() < deadline:
+            if signalled("SIGUSR2", self._since):
+                return
             answer = self._ask(["qstat", "-u", "*"])
-            job = self.env.get("JOB_ID", "")
             if answer is not None and answer[0] == 0 and state_of(answer[1], job, None) is None:
                 return
-            time.sleep(0.5)
+            time.sleep(0.2)

@@ -6,6 +6,8 @@ Grid Engine can carry out.
   Engine has forgotten the job (it forgets a finished job at once);
 * ``hold`` / ``release`` — ``qhold`` / ``qrls`` of a pending job (also a rescheduled ``Rq``);
 * ``cancel_pending`` — ``qdel`` of a job only while it waits in the queue;
+* ``act`` — ``ckptdash watch --on`` rules: ``qmod -rj`` (judged by its output), ``qdel``,
+  ``qhold`` (of a running job: ``qhold`` then ``qmod -rj``, so it waits held as ``hRq``);
 * ``mirror_requeue`` — ``qalter -r n`` (``-r y`` undoes it), so that Grid Engine itself
   refuses to reschedule the job (``qmod -rj`` then answers "is not restartable"). An exit 99
   still reruns the job whatever ``-r`` says; the line says so.
@@ -22,11 +24,12 @@ import re
 import shlex
 import shutil
 import subprocess
+import time
 
 from ckptdash.errors import SchedulerError, SchedulerUnavailable
 from ckptdash.schedulers import evidence
 from ckptdash.schedulers.base import JobView, Queue, subprocess_runner, tail
-from ckptdash.schedulers.gridengine import state_of
+from ckptdash.schedulers.gridengine import TRANSFER_S, requeue_ok, state_of
 
 TIMEOUT_S = 10.0
 """How long one Grid Engine command may take before it counts as unavailable."""
@@ -184,6 +187,42 @@ class GridEngineQueue(Queue):
             )
         self._must(["qdel", view.job_id], view.job_id)
         return self.job_view(view.job_id)
+
+    def act_command(self, action: str, job_id: str) -> str:
+        shown = {"requeue": "qmod -rj", "cancel": "qdel", "hold": "qhold"}
+        return f"{shown[action]} {job_id}"
+
+    def act(self, action: str, view: JobView) -> tuple[str, str]:
+        job = view.job_id
+        if action == "cancel":
+            out = self._must(["qdel", job], job)
+            return f"qdel {job}", f"done: {tail(out)}"
+        if action == "hold":
+            if view.held:
+                return f"qhold {job}", "already held"
+            if view.pending:
+                return f"qhold {job}", f"held; now {self.hold(job).describe()}"
+            # A running attempt: a hold on a running job applies to its next run, and the
+            # reschedule ends this one, so the job waits held (hRq) instead of starting again.
+            self._must(["qhold", job], job)
+        command = f"qmod -rj {job}"
+        deadline = time.monotonic() + TRANSFER_S
+        while "t" in view.state and time.monotonic() < deadline:
+            time.sleep(0.5)  # in transfer: a reschedule now was seen to lose its kill order
+            view = self._known(job, "requeue")
+        out = self._must(["qmod", "-rj", job], job)
+        if not requeue_ok(0, out):
+            # qmod -rj exits 0 when it refuses ("is not restartable", "already in deleted
+            # state. No rescheduling!"): its output is the judge.
+            raise SchedulerError(
+                f"gridengine job {job}: `{command}` did not reschedule it: {tail(out)}"
+                + ("; `qalter -r y` allows it again" if "not restartable" in out else "")
+            )
+        after = self.job_view(job)
+        what = "done: " + tail(out) + (f"; now {after.describe()}" if after is not None else "")
+        if action == "hold":
+            return f"qhold {job}; {command}", what
+        return command, what
 
     def mirror_requeue(self, job_id: str, allowed: bool) -> str:
         flag = self.switch(allowed)

@@ -418,3 +418,30 @@ class SlurmQueue(Queue):
 
     def mirror_requeue(self, job_id: str, allowed: bool) -> str:
         return mirror_requeue(job_id, allowed, runner=self.runner)
+
+    def act_command(self, action: str, job_id: str) -> str:
+        shown = {"requeue": "scontrol requeue", "cancel": "scancel", "hold": "scontrol hold"}
+        return f"{shown[action]} {job_id}"
+
+    def act(self, action: str, view: JobView) -> tuple[str, str]:
+        job = view.job_id
+        if action == "requeue":
+            argv = ["scontrol", "requeue", job]
+        elif action == "cancel":
+            argv = ["scancel", job]
+        else:
+            if view.finished:
+                raise SlurmError(f"slurm job {job}: not held: the job is {view.state}")
+            if view.held:
+                return f"scontrol hold {job}", "already held"
+            if view.state != "RUNNING":
+                # Pending, or between attempts (COMPLETING, REQUEUED): hold() waits for it.
+                return f"scontrol hold {job}", f"held; now {self.hold(job).describe()}"
+            # A running attempt of a crash loop: requeue it held, so no further attempt starts.
+            argv = ["scontrol", "requeuehold", job]
+        out = run_command(argv, job, runner=self.runner)
+        what = f"done{': ' + out if out else ''}"
+        after = self.job_view(job) if action != "cancel" else None
+        if after is not None:
+            what += f"; now {after.describe()}"
+        return shlex.join(argv), what

@@ -1,9 +1,8 @@
 """The training-side engine shared by :class:`~ckptdash.Monitor` and the Lightning callback.
 
-At each step boundary the loop calls :meth:`Session.boundary`. Almost always it
-returns ``None`` after decrementing a counter (the hot path). Every
-``check_every`` steps — a count derived from the measured step time so that a
-check happens about every ``agree_interval_s`` — it:
+At each step boundary the loop calls :meth:`Session.boundary`. Almost always it returns ``None``
+after decrementing a counter (the hot path). Every ``check_every`` steps — a count derived from
+the measured step time so that a check happens about every ``agree_interval_s`` — it:
 
 1. takes the signals the record-only handlers saw;
 2. on rank 0, claims commands from the inbox (at most every ``poll_interval_s``)
@@ -45,7 +44,7 @@ from ckptdash.rundir import RunDir, door
 from ckptdash.rundir.writer import EventWriter
 from ckptdash.schedulers import detect
 from ckptdash.schedulers.base import Scheduler
-from ckptdash.train import anomaly, crash_loop, dist, requeue, resuming
+from ckptdash.train import anomaly, crash_loop, dist, exit_status, requeue, resuming
 from ckptdash.train.announce import announce_stream, announcement
 from ckptdash.train.attempts import attempt_number
 from ckptdash.train.cadence import Cadence
@@ -317,7 +316,8 @@ class Session:
         if self._writer is not None:
             # Stays open: a user's trainer.save_checkpoint() after fit() is still recorded.
             self._writer.sync()
-            self.scheduler.settle_requeue()  # rank 0: Grid Engine's rerun needs its own kill
+            self.scheduler.settle_requeue(self.signals.received_since)  # rank 0: Grid Engine
+            exit_status.request(self.scheduler.exit_status)  # Grid Engine's 99, else None
 
     def _requeue_if_asked_since_terminating(self) -> None:
         """A terminate signal followed by a requeue signal before the attempt ends is one

@@ -1,11 +1,13 @@
 """The Grid Engine tier: one real one-host Son of Grid Engine cell for all of tests/gridengine.
 
-tests/gridengine/start.sh installs the Debian packages where they are missing (debconf
-preseeded, the package scripts kept from starting daemons) and starts sge_qmaster and
-sge_execd by pid, no systemd; tests/gridengine/stop.sh stops them when the tier's last test is
-done, passed or not. Where the cell cannot run (not root, no apt) the tier skips, saying how
-to enable it; with CI=true it fails instead: CI runs every tier. Locally, run it under the
-shared lock: ``flock /tmp/ckptdash-sge.lock pytest tests/gridengine``.
+The tier runs by default. tests/gridengine/start.sh starts sge_qmaster and sge_execd by pid,
+no systemd (and in CI installs the Debian packages where they are missing, debconf preseeded,
+the package scripts kept from starting daemons, as scripts/setup-system.sh does for `make
+test`); tests/gridengine/stop.sh stops them when the tier's last test is done, passed or not.
+Outside CI the tier skips only where the system part is missing (not root, the packages not
+installed), saying how to enable it; with CI=true it fails instead: CI runs every tier. The
+fixture takes /tmp/ckptdash-sge.lock itself, so a full-suite run and a local run of the tier
+take turns on the machine's one cell.
 
 Every scenario starts as soon as the cell is up, all at the same time (a thread each); each
 test then asserts on its scenario's outcome.
@@ -13,11 +15,14 @@ test then asserts on its scenario's outcome.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import shlex
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -33,17 +38,62 @@ JOB = HERE / "jobs" / "ge_job.py"
 SGE_ROOT, SGE_CELL = "/var/lib/gridengine", "default"
 NOTIFY_S = 10
 """The queue's notify time: a job's warning signal comes this long before the kill."""
+LOAD_REPORT_S = 10
+"""execd's report interval (start.sh's SGE_LOAD_REPORT): a reschedule's kill order comes with
+the next report."""
 _measured: dict[str, float] = {}
+START_HELP = "see the output above and tests/gridengine/start.sh (run it by hand as root)"
 
 
-def _unavailable(why: str) -> None:
-    how = (
-        "run it as root on Debian/Ubuntu (start.sh installs gridengine-master, gridengine-exec,"
-        " gridengine-client), under `flock /tmp/ckptdash-sge.lock`"
-    )
+PACKAGES = ("gridengine-master", "gridengine-exec", "gridengine-client")
+INSTALLED = ("/usr/lib/gridengine/sge_qmaster", "/usr/lib/gridengine/sge_execd", "/usr/bin/qsub")
+LOCK = Path("/tmp/ckptdash-sge.lock")
+"""One cell per machine: every run of the tier takes this lock (``flock`` on it from a shell
+is the same lock, shared with the run it starts)."""
+
+
+def _unavailable(why: str, how: str) -> None:
     if os.environ.get("CI") == "true":
         pytest.fail(f"Grid Engine tier: {why}; CI runs every tier", pytrace=False)
     pytest.skip(f"Grid Engine tier skipped: {why}; to enable it, {how}")
+
+
+def _missing_system() -> None:
+    """Skip (fail in CI) where the cell cannot run: not root, or its packages absent outside
+    CI (in CI start.sh installs them, as scripts/setup-system.sh does for `make test`)."""
+    if os.geteuid() != 0:
+        _unavailable("it needs root (the daemons, min_uid)", "run the tier as root")
+    absent = [p for p in INSTALLED if not os.access(p, os.X_OK)]
+    if absent and os.environ.get("CI") != "true":
+        _unavailable(
+            f"{absent[0]} is missing",
+            f"run `bash scripts/setup-system.sh` as root (installs {', '.join(PACKAGES)})",
+        )
+
+
+def _holds_lock_already() -> bool:
+    """Whether an inherited descriptor is the lock file (``flock LOCK pytest ...``): that
+    lock is this run's own, and locking the file again would wait for ourselves."""
+    for fd in Path("/proc/self/fd").iterdir():
+        try:
+            if os.readlink(fd) == str(LOCK):
+                return True
+        except OSError:
+            continue
+    return False
+
+
+@contextlib.contextmanager
+def cell_lock() -> Iterator[None]:
+    """Hold the machine's Grid Engine lock (a full-suite run may start the tier beside a
+    local one; both would use the one cell, and each one's stop.sh would end the other's
+    jobs). Waits for the other run; no wait where ``flock`` already holds it for us."""
+    if _holds_lock_already():
+        yield
+        return
+    with open(LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 @dataclass
@@ -54,6 +104,7 @@ class Cell:
     base: Path
     start_s: float = 0.0
     scripts: int = 0
+    pushing: threading.Lock = field(default_factory=threading.Lock)
 
     def q(self, *argv: str, check: bool = True) -> str:
         proc = subprocess.run(
@@ -94,6 +145,30 @@ class Cell:
             time.sleep(0.25)
         raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
+    def reschedule(self, job: str, run: Path, push: Callable[[], Any] | None = None) -> Any:
+        """``qmod -rj JOB`` (or ``push()``, which runs it), one scenario at a time: several
+        reschedules within one execd report interval lost their kill orders (no notify, no
+        kill, no rerun; Son of Grid Engine 8.1.9), so the next push waits for this job's
+        notify (its ``signal_received``), at most two report intervals."""
+        with self.pushing:
+            since = time.time()
+            said = push() if push is not None else self.q("qmod", "-rj", job)
+            with contextlib.suppress(AssertionError):
+                self.wait(
+                    f"job {job}'s notify",
+                    lambda: any(
+                        e["kind"] == "signal_received" and e["t"] >= since for e in events(run)
+                    ),
+                    2 * LOAD_REPORT_S,
+                )
+            return said
+
+    def running(self, job: str, timeout: float = 120.0) -> None:
+        """Wait until qmaster has the job as running (``r``): a qmod -rj of a job it still
+        has in transfer (``t``, seen for half a minute on a busy machine) was seen to lose its
+        kill order (no notify, no kill, no rerun)."""
+        self.wait(f"job {job} running (qstat r)", lambda: self.state(job) == "r", timeout)
+
     def gone(self, job: str, timeout: float = 150.0) -> None:
         self.wait(f"job {job} to end", lambda: self.state(job) is None, timeout)
 
@@ -131,21 +206,18 @@ def steps_reached(run: Path, step: int) -> Callable[[], bool]:
 @pytest.fixture(scope="package")
 def sge_cell(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cell]:
     """A running one-host cell; skipped (failed in CI) where it cannot run."""
-    if os.environ.get("CKPTDASH_GRIDENGINE_TIER") != "1":
-        # Known defect, not a passing tier: after this round's merges the reschedule and
-        # soft-limit scenarios failed once each (no rerun seen within the scenario's wait), so
-        # the tier is opt-in until that is fixed (CHANGELOG, "Grid Engine").
-        pytest.skip(
-            "Grid Engine tier is opt-in while its reschedule scenarios are unsettled;"
-            " enable it with CKPTDASH_GRIDENGINE_TIER=1 (as root)"
-        )
-    if os.geteuid() != 0:
-        _unavailable("it needs root (apt-get, the daemons)")
+    _missing_system()
+    with cell_lock():
+        yield from _running_cell(tmp_path_factory)
+
+
+def _running_cell(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cell]:
     t0 = time.monotonic()
     env = {
         **os.environ,
         "SGE_SLOTS": "12",
         "SGE_NOTIFY": f"00:00:{NOTIFY_S:02d}",
+        "SGE_LOAD_REPORT": f"00:00:{LOAD_REPORT_S:02d}",
         "SGE_ROOT": SGE_ROOT,
         "SGE_CELL": SGE_CELL,
     }
@@ -159,9 +231,9 @@ def sge_cell(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cell]:
             check=False,
         )
     except subprocess.TimeoutExpired:
-        _unavailable("start.sh did not finish in 600 s")
+        _unavailable("start.sh did not finish in 600 s", START_HELP)
     if proc.returncode != 0:
-        _unavailable(f"start.sh failed: {(proc.stdout + proc.stderr).strip()[-800:]}")
+        _unavailable(f"start.sh failed: {(proc.stdout + proc.stderr).strip()[-800:]}", START_HELP)
     base = tmp_path_factory.mktemp("sge")
     base.chmod(0o755)
     cell = Cell(env, base, start_s=time.monotonic() - t0)

@@ -5,7 +5,9 @@
 #
 # Usage: bash start.sh
 #   env: SGE_SLOTS (default 4; may exceed the real cores), SGE_NOTIFY (queue notify time,
-#        default 00:00:10; Grid Engine's own default is 00:00:60), SGE_USER (a non-root submit
+#        default 00:00:10; Grid Engine's own default is 00:00:60), SGE_LOAD_REPORT (execd's
+#        load_report_time, default 00:00:10; Grid Engine's own default is 00:00:40),
+#        SGE_USER (a non-root submit
 #        user, default sgeuser, uid 2001), SGE_MIN_UID (default 0: root may run jobs too;
 #        Debian's cell default is 1000), SGE_NO_ALIASES=1 (skip host_aliases: shows the
 #        "access denied (client IP resolved to host name "localhost" ...)" failure).
@@ -23,6 +25,10 @@ set -euo pipefail
 T0=$(date +%s.%N)
 SLOTS=${SGE_SLOTS:-4}
 NOTIFY=${SGE_NOTIFY:-00:00:10}
+# execd's report interval. It also sets how long qmaster keeps a rescheduled job's old run on
+# the host's reschedule list (about two reports after the kill order): an end of that run
+# reported later is taken as the job's own end, and the job is not rerun.
+LOAD_REPORT=${SGE_LOAD_REPORT:-00:00:10}
 SUSER=${SGE_USER:-sgeuser}
 SUID=${SGE_UID:-2001}
 MIN_UID=${SGE_MIN_UID:-0}   # Debian's cell default is 1000 (no root jobs); 0 lets root submit too
@@ -114,7 +120,7 @@ sed -i -e 's/^schedule_interval .*/schedule_interval                 0:0:1/' \
 qconf -Msconf "$TMPD/sched" >/dev/null 2>&1 || true
 # global configuration: quicker load reports
 qconf -sconf global > "$TMPD/global"
-sed -i -e 's/^load_report_time .*/load_report_time             00:00:05/' \
+sed -i -e "s/^load_report_time .*/load_report_time             $LOAD_REPORT/" \
        -e "s/^min_uid .*/min_uid                      $MIN_UID/" \
        -e "s/^min_gid .*/min_gid                      $MIN_UID/" \
        -e 's/^mailer .*/mailer                       \/bin\/true/' "$TMPD/global"

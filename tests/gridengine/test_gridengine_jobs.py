@@ -7,6 +7,9 @@ their outcomes, so the tier costs about its longest scenario, not their sum.
 
 from __future__ import annotations
 
+import json
+import os
+import signal
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -15,6 +18,10 @@ from typing import Any
 import pytest
 
 from tests.gridengine.conftest import Cell, Scenarios, events, kinds, steps_reached
+
+# A real scheduler: not a unit test (`make check` leaves it out); the cell's start and the
+# longest scenario fit well inside the limit.
+pytestmark = [pytest.mark.process, pytest.mark.timeout(600)]
 
 RUN = 'exec $PY $JOBPY "{run}" --max-steps {steps} --step-time 0.1 {extra}\n'
 
@@ -26,11 +33,12 @@ def _run(cell: Cell, name: str) -> Path:
 def reschedule(cell: Cell) -> dict[str, Any]:
     """qmod -rj of a -notify job: USR2, a signal save, the rerun resumes from it."""
     run = _run(cell, "reschedule")
-    job = cell.submit(RUN.format(run=run, steps=600, extra=""), "-notify", "-r", "y")
+    job = cell.submit(RUN.format(run=run, steps=450, extra=""), "-notify", "-r", "y")
     # Well into training: a reschedule pushed while the cell starts the other scenarios' jobs
     # was once never carried out (no signal; the job ran on and was not rerun).
     cell.wait("training", steps_reached(run, 60), 180)
-    said = cell.q("qmod", "-rj", job)
+    cell.running(job)
+    said = cell.reschedule(job, run)
     cell.gone(job, 240)
     return {"job": job, "said": said, "state": cell.state(job)}
 
@@ -72,16 +80,16 @@ def exit99(cell: Cell) -> dict[str, Any]:
 
 def soft_limit(cell: Cell) -> dict[str, Any]:
     """s_rt sends USR1 at the soft limit; mapped to requeue it is a save and a reschedule.
-    (The limits leave room for the job's start-up on a loaded machine: a signal before
-    ckptdash's handlers are in place gets Python's default action.)"""
+    The job's 200 steps of 0.2 s outlast the limit whatever the start-up takes, and what is
+    left for the rerun fits in it (a rerun that meets s_rt again is killed, as for h_rt)."""
     run = _run(cell, "soft")
     job = cell.submit(
-        RUN.format(run=run, steps=300, extra="--usr1-requeue"),
+        f'exec $PY $JOBPY "{run}" --max-steps 200 --step-time 0.2 --usr1-requeue\n',
         "-notify",
         "-r",
         "y",
         "-l",
-        "s_rt=25",
+        "s_rt=40",
     )
     cell.gone(job, 200)
     return {"job": job}
@@ -100,11 +108,12 @@ def hard_limit(cell: Cell) -> dict[str, Any]:
 def hold_release(cell: Cell) -> dict[str, Any]:
     """A requeued job waiting held (hRq): ckptdash requeue --hold/--release act through
     qhold/qrls on the run's own Grid Engine job; released, it resumes and finishes."""
-    run = _run(cell, "hold")
-    job = cell.submit(RUN.format(run=run, steps=300, extra=""), "-notify", "-r", "y")
+    run = _run(cell, "hold")  # long enough to wait its turn for the reschedule
+    job = cell.submit(RUN.format(run=run, steps=600, extra=""), "-notify", "-r", "y")
     cell.wait("training", steps_reached(run, 5))
+    cell.running(job)
     cell.q("qhold", job)  # a hold on a running job applies to its next run
-    cell.q("qmod", "-rj", job)
+    cell.reschedule(job, run)
     cell.wait("the job rescheduled and held", lambda: cell.state(job) == "hRq", 60)
     held = cell.ckptdash("requeue", str(run), "--hold")
     status = cell.ckptdash("status", str(run), "--json")
@@ -115,11 +124,12 @@ def hold_release(cell: Cell) -> dict[str, Any]:
 
 def cancel_pending(cell: Cell) -> dict[str, Any]:
     """A requeued job waiting held: --cancel-pending --yes removes it with qdel."""
-    run = _run(cell, "cancel")
-    job = cell.submit(RUN.format(run=run, steps=400, extra=""), "-notify", "-r", "y")
+    run = _run(cell, "cancel")  # long enough to wait its turn for the reschedule
+    job = cell.submit(RUN.format(run=run, steps=1500, extra=""), "-notify", "-r", "y")
     cell.wait("training", steps_reached(run, 5))
+    cell.running(job)
     cell.q("qhold", job)
-    cell.q("qmod", "-rj", job)
+    cell.reschedule(job, run)
     cell.wait("the job rescheduled and held", lambda: cell.state(job) == "hRq", 60)
     cancelled = cell.ckptdash("requeue", str(run), "--cancel-pending", "--yes")
     cell.gone(job, 30)
@@ -138,6 +148,64 @@ def suspend_requeue(cell: Cell) -> dict[str, Any]:
     return {"job": job, "suspended": suspended, "refused": refused, "resumed": resumed}
 
 
+def two_ranks(cell: Cell) -> dict[str, Any]:
+    """A parallel environment job (-pe smp 2): rank 1 started through qrsh -inherit, both in
+    one gloo group; a SIGUSR2 to rank 1 alone: one agreed signal save, ckptdash's qmod -rj and
+    exit 99, and the rerun's two ranks resume from it."""
+    run = _run(cell, "two_ranks")
+    rank = (
+        "env RESTARTED=$RESTARTED JOB_ID=$JOB_ID SGE_ROOT=$SGE_ROOT SGE_CELL=$SGE_CELL"
+        " PYTHONPATH=$PYTHONPATH CKPTDASH_NO_COLOR=1"
+        f' $PY $JOBPY "{run}" --max-steps 500 --step-time 0.1 --ranks 2 --port $PORT'
+    )
+    body = (
+        # The job's signals reach every process of the job shell's group: the shell and the
+        # qrsh client (whose death would take rank 1 with it) ignore them; Python handles them.
+        "trap '' USR1 USR2\nPORT=$((21000 + (JOB_ID % 500) * 8))\n"
+        f"qrsh -inherit $(hostname) {rank} --rank 1 &\n"
+        f"{rank} --rank 0\nrc=$?\nwait\nexit $rc\n"
+    )
+    job = cell.submit(body, "-notify", "-r", "y", "-pe", "smp", "2")
+    cell.wait("training", steps_reached(run, 60), 180)
+    rank1 = run.parent / "two_ranks.report-1.json"
+    cell.wait("rank 1's report", lambda: rank1.exists() and '"pid"' in rank1.read_text(), 60)
+    os.kill(json.loads(rank1.read_text())["pid"], signal.SIGUSR2)
+    cell.gone(job, 240)
+    return {"job": job}
+
+
+def watch_requeue(cell: Cell) -> dict[str, Any]:
+    """A job that stops stepping (until Grid Engine's notify): ckptdash watch --once --on
+    hung=requeue acts through Grid Engine (qmod -rj, judged by its output); the rerun
+    resumes."""
+    run = _run(cell, "watch")
+    job = cell.submit(
+        RUN.format(run=run, steps=300, extra="--stall-at 40 --stall-s 40"), "-notify", "-r", "y"
+    )
+    report = run.parent / "watch.report-0.json"
+
+    def stalling() -> bool:  # the report is written after each step: step 40 stalls next
+        try:
+            return (json.loads(report.read_text())["last_step"] or 0) >= 39
+        except (OSError, ValueError):  # not yet written, or caught mid-write
+            return False
+
+    cell.wait("the hang at step 40", stalling, 180)
+    cell.running(job)
+    looks: list[str] = []
+
+    def acted() -> bool:
+        out = cell.ckptdash(
+            "watch", str(run), "--once", "--on", "hung=requeue", "--threshold", "hung_after_s=3"
+        )
+        looks.append(out.stdout + out.stderr)
+        return bool(kinds(run, "action_taken"))
+
+    cell.reschedule(job, run, lambda: cell.wait("ckptdash watch to act", acted, 60))
+    cell.gone(job, 240)
+    return {"job": job, "looks": looks}
+
+
 SCENARIOS: dict[str, Callable[[Cell], dict[str, Any]]] = {
     f.__name__: f
     for f in (
@@ -150,6 +218,8 @@ SCENARIOS: dict[str, Callable[[Cell], dict[str, Any]]] = {
         cancel_pending,
         suspend_requeue,
         reschedule,
+        two_ranks,
+        watch_requeue,
     )
 }
 
@@ -228,17 +298,16 @@ def test_exit_99_reruns_the_job_and_it_resumes(scenarios: Scenarios) -> None:
 
 
 def test_a_soft_limit_mapped_to_requeue_saves_and_reschedules(scenarios: Scenarios) -> None:
-    """s_rt: SIGUSR1 at the soft limit; with USR1 = requeue, qmod -rj is issued and the rerun
-    resumes (each rerun meets the soft limit again, until one finishes)."""
+    """s_rt: SIGUSR1 at the soft limit; with USR1 = requeue, qmod -rj is issued, the attempt
+    exits 99 and the rerun resumes and finishes (on the original code the first attempt
+    waited for the kill and the job was not rerun: qacct "failed 100 : assumedly after
+    job")."""
     scenarios.outcome("soft_limit")
     run = scenarios.cell.base / "soft"
     issued = kinds(run, "requeue_issued")
     assert issued and issued[0]["command"].startswith("qmod -rj"), kinds(run, "requeue_skipped")
-    got = attempts(run)
-    assert len(got) >= 2
-    _finished_in(run, max(got))
-    resumed = [e for e in kinds(run, "run_started") if e["attempt"] >= 1]
-    assert resumed
+    _finished_in(run, 1)
+    assert [e["attempt"] for e in kinds(run, "run_resumed")] == [1]
 
 
 def test_the_hard_limit_warning_is_a_preemption_to_save_on(scenarios: Scenarios) -> None:
@@ -280,3 +349,33 @@ def test_suspend_requeue_switches_the_jobs_r_flag(scenarios: Scenarios) -> None:
     assert "not restartable" in out["refused"], out["refused"]
     assert f"qalter -r y {job}" in out["resumed"].stdout, out["resumed"]
     _finished_in(scenarios.cell.base / "suspend_requeue", 0)
+
+
+def test_a_parallel_environment_job_agrees_on_one_save(scenarios: Scenarios) -> None:
+    """-pe smp 2, rank 1 through qrsh -inherit: a SIGUSR2 to rank 1 alone, and both ranks
+    save once, at one step (agreed over gloo); rank 0 requeues, the job is rerun and both
+    ranks resume from the step after it."""
+    scenarios.outcome("two_ranks")
+    run = scenarios.cell.base / "two_ranks"
+    saves = [e for e in kinds(run, "checkpoint_saved") if e["attempt"] == 0]
+    assert {e["trigger"] for e in saves} == {"signal"}, saves
+    assert len({e["step"] for e in saves}) == 1, saves
+    step = saves[0]["step"]
+    got = [(e["rank"], e["signal"]) for e in kinds(run, "signal_received") if e["attempt"] == 0]
+    assert (1, "SIGUSR2") in got and all(rank == 1 for rank, _ in got), got
+    _finished_in(run, 1)
+    for rank in (0, 1):
+        report = (run.parent / f"two_ranks.report-{rank}.json").read_text()
+        assert f'"first_step": {step + 1}' in report, (rank, report)
+
+
+def test_watch_acts_through_grid_engine(scenarios: Scenarios) -> None:
+    """ckptdash watch --on hung=requeue on a Grid Engine run: qmod -rj of the run's own job
+    (on the original code: "no attempt of this run recorded a SLURM job id"); the job is
+    rescheduled and its rerun finishes."""
+    out = scenarios.outcome("watch_requeue")
+    run = scenarios.cell.base / "watch"
+    taken = kinds(run, "action_taken")
+    assert taken[0]["command"] == f"qmod -rj {out['job']}", (taken, out["looks"])
+    assert taken[0]["ok"] is True, taken
+    _finished_in(run, 1)

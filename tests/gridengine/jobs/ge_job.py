@@ -2,12 +2,15 @@
 
 Not a test module::
 
-    ge_job.py RUN_DIR --max-steps N [--step-time S] [--stop-at K] [--usr1-requeue] [--ranks 2]
+    ge_job.py RUN_DIR --max-steps N [--step-time S] [--stop-at K] [--usr1-requeue]
+              [--stall-at K --stall-s S] [--ranks 2 --rank R --port P]
 
 ``--stop-at K``: on the first run (``RESTARTED=0``) stop after a save at step K (the batch
 script then exits 99: Grid Engine's own rerun). ``--usr1-requeue``: SIGUSR1 (the ``s_rt``
-soft limit) means requeue. ``--ranks 2``: two processes (a parallel environment job: rank 1
-is started by the batch script through ``qrsh -inherit``) in one gloo group.
+soft limit) means requeue. ``--stall-at K``: on the first run, no step for ``--stall-s``
+seconds after step K, or until SIGUSR2 (a hang for ``ckptdash watch --on hung=...``).
+``--ranks 2``: two processes (a parallel environment job: rank 1 is started by the batch
+script through ``qrsh -inherit``) in one gloo group.
 Writes ``RUN_DIR.report-<rank>.json``: the step it started from and the last step trained.
 """
 
@@ -16,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import threading
 from pathlib import Path
 
@@ -30,6 +34,8 @@ def main() -> None:
     p.add_argument("--ranks", type=int, default=1)
     p.add_argument("--rank", type=int, default=0)
     p.add_argument("--port", type=int, default=0)
+    p.add_argument("--stall-at", type=int, default=-1)
+    p.add_argument("--stall-s", type=float, default=0.0)
     args = p.parse_args()
 
     import torch.distributed as dist
@@ -45,9 +51,17 @@ def main() -> None:
             world_size=args.ranks,
         )
     options = {"signals": {"SIGUSR2": "requeue", "SIGUSR1": "requeue"}} if args.usr1_requeue else {}
-    report = {"first_step": None, "last_step": None, "restarted": os.environ.get("RESTARTED")}
+    report = {
+        "first_step": None,
+        "last_step": None,
+        "restarted": os.environ.get("RESTARTED"),
+        "pid": os.getpid(),
+    }
     out = Path(f"{args.run_dir}.report-{args.rank}.json")
     pause = threading.Event()
+    if args.stall_at >= 0:
+        # The hang ends at Grid Engine's notify: ckptdash chains this handler after its own.
+        signal.signal(signal.SIGUSR2, lambda signum, frame: pause.set())
     with ckptdash.Monitor(
         args.run_dir, max_steps=args.max_steps, agree_interval_s=0.1, **options
     ) as monitor:
@@ -60,6 +74,8 @@ def main() -> None:
             monitor.step(step, loss=1.0 / (step + 1))
             first_run = os.environ.get("RESTARTED", "0") == "0"
             stop_here = step == args.stop_at and first_run
+            if step == args.stall_at and first_run:
+                pause.wait(args.stall_s)
             if monitor.should_save or stop_here:
                 monitor.save({"step": step})
             out.write_text(json.dumps(report))
