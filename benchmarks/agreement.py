@@ -26,9 +26,9 @@ import torch
 import torch.distributed as torch_dist
 from timing import Row, median, paired, spread
 
-from ckptdash.train import dist
 from ckptdash.train.config import TrainConfig
-from ckptdash.train.session import Session
+from ckptdash.train.engine import dist
+from ckptdash.train.engine.session import Session
 
 WORLD = 2
 STEP_S = 0.050

@@ -43,8 +43,8 @@ import torch
 from timing import Row, interleave, median, paired, spread, table
 
 from ckptdash.rundir import atomic_write
-from ckptdash.train.async_save import AsyncSaver
-from ckptdash.train.saving import save_atomic, torch_writer
+from ckptdash.train.checkpoints.async_save import AsyncSaver
+from ckptdash.train.checkpoints.saving import save_atomic, torch_writer
 
 OUT = Path(__file__).resolve().parent / "out" / "async-tmp"
 _PAGE = os.sysconf("SC_PAGE_SIZE")

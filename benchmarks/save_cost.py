@@ -32,7 +32,7 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 from timing import Row, interleave, median, paired, spread
 
 from ckptdash.rundir import atomic_write
-from ckptdash.train.saving import save_atomic, torch_writer
+from ckptdash.train.checkpoints.saving import save_atomic, torch_writer
 
 OUT = Path(__file__).resolve().parent / "out" / "save-tmp"
 

@@ -39,7 +39,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from ckptdash.lightning import CkptDashCallback
 from ckptdash.train.config import TrainConfig
-from ckptdash.train.session import Session
+from ckptdash.train.engine.session import Session
 
 BATCH = 32
 FEATURES = 32

@@ -22,7 +22,7 @@ from typing import Any
 
 from ckptdash.errors import SaveError
 from ckptdash.events import CheckpointSaved, Trigger
-from ckptdash.train import publish
+from ckptdash.train.checkpoints import publish
 from ckptdash.train.monitor import Monitor
 
 __all__ = ["async_save", "save"]

@@ -34,7 +34,7 @@ from typing import Any, Final
 from ckptdash.events import Trigger
 from ckptdash.rundir import atomic_write
 from ckptdash.rundir.manifest import MANIFEST_NAME
-from ckptdash.train import dist
+from ckptdash.train.engine import dist
 from ckptdash.train.monitor import Monitor
 
 __all__ = ["load_checkpoint", "save_checkpoint"]

@@ -31,9 +31,9 @@ from typing import Any
 from ckptdash.errors import WrongFrameworkError
 from ckptdash.events import Trigger
 from ckptdash.resume import ResumeChoice
-from ckptdash.train.decision import Decision
+from ckptdash.train.checkpoints.saving import META_KEY
+from ckptdash.train.engine.decision import Decision
 from ckptdash.train.monitor import Monitor
-from ckptdash.train.saving import META_KEY
 
 __all__ = ["FabricMonitor"]
 

@@ -29,9 +29,10 @@ from transformers import TrainerCallback
 
 from ckptdash.events import Trigger
 from ckptdash.rundir import RunDir
-from ckptdash.train import hf_loggers, loggers, submitit_job
 from ckptdash.train.config import TrainConfig
+from ckptdash.train.ending import submitit_job
 from ckptdash.train.monitor import Monitor
+from ckptdash.train.tracking import hf_loggers, loggers
 
 __all__ = ["CkptDashCallback"]
 

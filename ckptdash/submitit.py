@@ -33,9 +33,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
-from ckptdash.train import submitit_job
-from ckptdash.train.session import SIGNAL_STOPS
-from ckptdash.train.submitit_job import STOPPED_EXIT_CODE
+from ckptdash.train.ending import submitit_job
+from ckptdash.train.ending.submitit_job import STOPPED_EXIT_CODE
+from ckptdash.train.engine.session import SIGNAL_STOPS
 
 __all__ = ["STOPPED_EXIT_CODE", "Preemptible", "preemptible"]
 

@@ -25,7 +25,8 @@ from tests.dash.conftest import T0, Scenario, ev, saved
 
 def _crash_looped(root: Path) -> str:
     """A run that saved once and then failed twice the same way; requeue suspended by the
-    crash loop, as ``ckptdash.train.crash_loop.respond`` leaves it. Returns the checkpoint."""
+    crash loop, as ``ckptdash.train.ending.crash_loop.respond`` leaves it. Returns the
+    checkpoint."""
     ckpt = str(root / "checkpoints" / "step=8.ckpt")
     with EventWriter(root, attempt=0, host="n0") as w:
         w.emit(events.RunStarted, max_steps=10)

@@ -17,7 +17,7 @@ PKG = Path(ckptdash.__file__).parent
 
 LIVE = {
     "ckptdash.train.monitor": "needs a training loop with its model and Monitor",
-    "ckptdash.train.async_save": "needs a Monitor saving in the background",
+    "ckptdash.train.checkpoints.async_save": "needs a Monitor saving in the background",
     "ckptdash.dash.app": "shows a widget in a running notebook",
     "ckptdash.dash.feed.follow": "follows a run while a job writes it",
     "ckptdash.state.runset": "follows the runs of a folder while jobs write them",

@@ -17,7 +17,7 @@ from ckptdash.schedulers import gridengine
 from ckptdash.schedulers.base import RequeueResult
 from ckptdash.schedulers.gridengine import GridEngineScheduler
 from ckptdash.schedulers.gridengine_queue import GridEngineQueue
-from ckptdash.train.signals import SignalRecorder
+from ckptdash.train.ending.signals import SignalRecorder
 
 ENV = {"JOB_ID": "12", "SGE_ROOT": "/var/lib/gridengine", "SGE_CELL": "default"}
 HEAD = (
@@ -370,7 +370,7 @@ def test_an_exit_status_request_ends_the_normal_exit_with_it(tmp_path: os.PathLi
 
     log = os.path.join(tmp_path, "log.txt")
     code = (
-        "import logging\nfrom ckptdash.train import exit_status\n"
+        "import logging\nfrom ckptdash.train.ending import exit_status\n"
         f"logging.basicConfig(filename={log!r})\n"
         "exit_status.request(99)\nlogging.warning('logged')\nprint('after', flush=False)\n"
     )

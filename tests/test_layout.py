@@ -94,17 +94,59 @@ def test_the_cycle_check_finds_a_cycle() -> None:
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
 
 
-def test_modules_stay_small_and_the_top_level_stays_a_front_door() -> None:
-    """No module passes 500 lines (one that does holds two jobs), and at most 15 modules sit
-    directly in ``ckptdash/``: everything else lives in the folder of its idea."""
-    long = {
-        str(p.relative_to(PKG)): n
+MAX_LINES = 500
+LONG_FOR_ONE_IDEA: dict[str, str] = {
+    "train/monitor.py": "one class, Monitor: the public surface of a plain loop, each method a"
+    " few lines handing over to the engine, checkpoints/ and tracking/",
+}
+"""Modules (path under ``ckptdash/``) allowed past :data:`MAX_LINES`, each with its reason:
+one idea that splitting would only scatter. The module says why at its top too (its
+docstring names the limit: "over 500 lines"). The limit itself stays: a long module not on
+this list fails."""
+
+
+def _long_modules() -> dict[str, int]:
+    return {
+        p.relative_to(PKG).as_posix(): n
         for p in PKG.rglob("*.py")
-        if (n := len(p.read_text().splitlines())) > 500
+        if (n := len(p.read_text().splitlines())) > MAX_LINES
     }
-    assert long == {}
+
+
+def test_modules_stay_small_and_the_top_level_stays_a_front_door() -> None:
+    """No module passes 500 lines (one that does usually holds two jobs) unless
+    :data:`LONG_FOR_ONE_IDEA` says why, and at most 15 modules sit directly in ``ckptdash/``:
+    everything else lives in the folder of its idea."""
+    unexplained = {rel: n for rel, n in _long_modules().items() if rel not in LONG_FOR_ONE_IDEA}
+    assert unexplained == {}, (
+        f"modules over {MAX_LINES} lines: {unexplained}; split one that holds two ideas, or add"
+        " it to LONG_FOR_ONE_IDEA with its reason and say why at its top"
+    )
     top = sorted(p.name for p in PKG.glob("*.py"))
     assert len(top) <= 15, top
+
+
+def test_a_long_module_says_why_at_its_top_and_the_list_stays_true() -> None:
+    """Each exception to the line limit is over the limit still (else it leaves the list) and
+    its docstring says why it is long ("over 500 lines")."""
+    long = _long_modules()
+    for rel, reason in LONG_FOR_ONE_IDEA.items():
+        assert reason.strip(), rel
+        assert rel in long, f"{rel} is no longer over {MAX_LINES} lines: remove it from the list"
+        doc = ast.get_docstring(ast.parse((PKG / rel).read_text())) or ""
+        assert f"over {MAX_LINES} lines" in doc, f"{rel}: say at its top why it is long"
+
+
+def test_the_training_side_is_a_folder_per_idea() -> None:
+    """``train/`` holds only its front door directly (``Monitor`` and ``TrainConfig``, which
+    ``ckptdash`` re-exports); every other module lives in the folder of its idea (engine,
+    starting, ending, checkpoints, tracking, health), and each folder says its idea at its top."""
+    train = PKG / "train"
+    assert sorted(p.name for p in train.glob("*.py")) == ["__init__.py", "config.py", "monitor.py"]
+    for folder in (d for d in train.iterdir() if d.is_dir() and d.name != "__pycache__"):
+        init = folder / "__init__.py"
+        assert init.exists(), f"{folder} is not a package"
+        assert ast.get_docstring(ast.parse(init.read_text())), f"{init}: say the folder's idea"
 
 
 def test_the_training_side_and_the_dashboard_never_import_each_other() -> None:

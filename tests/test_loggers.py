@@ -16,7 +16,7 @@ from ckptdash.events import LoggerAttached, RunStarted, encode
 from ckptdash.rundir import RunDir
 from ckptdash.rundir.writer import EventWriter
 from ckptdash.state.reading import load_state
-from ckptdash.train import loggers
+from ckptdash.train.tracking import loggers
 
 
 def test_the_derived_id_is_stable_and_safe_for_every_logger() -> None:

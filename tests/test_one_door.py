@@ -72,17 +72,25 @@ ALLOWED: Final[dict[tuple[str, str, str], str]] = {
     ("tail/__init__.py", "RunTailer._event_file_names", "os.listdir"): _LISTING,
     ("tail/commands.py", "_listing", "os.listdir"): _LISTING,
     ("tail/pulses.py", "PulseRecords.poll", "os.scandir"): _LISTING,
-    ("train/agent.py", "_cmdline", ".read_bytes"): f"{_NOT_A_RUN}: /proc",
-    ("train/agent.py", "caught_signals", ".read_text"): f"{_NOT_A_RUN}: /proc",
-    ("train/hf_loggers.py", "purge_tensorboard", ".iterdir"): "TensorBoard's folder: names only",
-    ("train/node_pulses.py", "NodePulses._members", "os.scandir"): (
+    ("train/ending/agent.py", "_cmdline", ".read_bytes"): f"{_NOT_A_RUN}: /proc",
+    ("train/ending/agent.py", "caught_signals", ".read_text"): f"{_NOT_A_RUN}: /proc",
+    (
+        "train/tracking/hf_loggers.py",
+        "purge_tensorboard",
+        ".iterdir",
+    ): "TensorBoard's folder: names only",
+    ("train/health/node_pulses.py", "NodePulses._members", "os.scandir"): (
         f"{_NOT_A_RUN}: the node folder in /dev/shm, the job user's (0700, checked)"
     ),
-    ("train/node_pulses.py", "_read_slot", "os.open"): (
+    ("train/health/node_pulses.py", "_read_slot", "os.open"): (
         f"{_NOT_A_RUN}: a slot in the job user's 0700 node folder in /dev/shm"
     ),
-    ("train/recovery.py", "remove_temp_files", "os.scandir"): "names only, to unlink temp files",
-    ("train/written.py", "listing", "os.scandir"): "stat of names only, nothing opened",
+    (
+        "train/starting/recovery.py",
+        "remove_temp_files",
+        "os.scandir",
+    ): "names only, to unlink temp files",
+    ("train/checkpoints/written.py", "listing", "os.scandir"): "stat of names only, nothing opened",
 }
 
 

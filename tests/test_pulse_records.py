@@ -26,7 +26,7 @@ from ckptdash.rundir.pulses import (
 from ckptdash.rundir.writer import EventWriter
 from ckptdash.state.reading import load_state, new_state
 from ckptdash.tail import RunTailer
-from ckptdash.train.pulse import Pulser
+from ckptdash.train.health.pulse import Pulser
 from tests.conftest import WaitUntil
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 import signal
 
-from ckptdash.train import agent
-from ckptdash.train.intake import SignalIntake, Taken
+from ckptdash.train.ending import agent
+from ckptdash.train.engine.intake import SignalIntake, Taken
 
 
 def test_the_users_meaning_wins_and_every_name_is_spelt_signame() -> None:

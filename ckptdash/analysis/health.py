@@ -459,7 +459,7 @@ def crash_loop(state: RunState | Facts, th: Thresholds | None = None) -> Alert |
     last = newest[-1]
     first = newest[0].attempt
     # A checkpoint that does not fit while an older one exists: the error names the pin,
-    # and "start fresh" would throw that one away (ckptdash.train.misfit).
+    # and "start fresh" would throw that one away (ckptdash.train.checkpoints.misfit).
     pin = _PIN_ADVICE.search(last.end_reason)
     way_out = (
         f"pin the older checkpoint the error names: `{pin.group(1)}`"

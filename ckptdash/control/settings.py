@@ -45,9 +45,9 @@ SETTINGS_LOCK: Final = "control/settings.lock"
 SETTINGS_NAME: Final = SETTINGS_FILE.rsplit("/", 1)[1]
 LOCK_NAME: Final = SETTINGS_LOCK.rsplit("/", 1)[1]
 CRASH_LOOP_AUTHOR: Final = "ckptdash crash loop"
-"""``updated_by`` of the requeue suspension a crash loop wrote (``ckptdash.train.crash_loop``):
-an action that answers the loop (a pin, a fresh start) lifts only a suspension with this author;
-one that someone set by hand stays."""
+"""``updated_by`` of the requeue suspension a crash loop wrote
+(``ckptdash.train.ending.crash_loop``): an action that answers the loop (a pin, a fresh start)
+lifts only a suspension with this author; one that someone set by hand stays."""
 _HOW_TO_FIX_SETTINGS: Final = "remove it and set the settings again (control.update_settings())"
 
 

@@ -43,13 +43,13 @@ from ckptdash.lightning.signals import take_signals_over
 from ckptdash.lightning.strategies import record_outside_io, replaces_save, writes_shards
 from ckptdash.rundir import RunDir
 from ckptdash.schedulers.base import Scheduler
-from ckptdash.train import submitit_job
-from ckptdash.train.async_save import AsyncSaver
+from ckptdash.train.checkpoints.async_save import AsyncSaver
 from ckptdash.train.config import TrainConfig
-from ckptdash.train.decision import Decision
-from ckptdash.train.forward import forward_to_children
-from ckptdash.train.session import Session
-from ckptdash.train.ticker import Ticker
+from ckptdash.train.ending import submitit_job
+from ckptdash.train.ending.forward import forward_to_children
+from ckptdash.train.engine.decision import Decision
+from ckptdash.train.engine.session import Session
+from ckptdash.train.engine.ticker import Ticker
 
 # Configured intervals shorter than this check at every step anyway; the ticker need not spin.
 _SHORTEST_CHECK_PERIOD_S: Final = 0.001
@@ -210,7 +210,7 @@ class CkptDashCallback(pl.Callback):
         session.start(max_steps=max_steps, install_signals=False)
         # Before Lightning's fit() captures the handlers it restores at its teardown (which
         # runs before ours, after run_finished may be near): a late USR2 is then held by
-        # what it restores, not ended by its default action (train/signals.py).
+        # what it restores, not ended by its default action (train/ending/signals.py).
         session.signals.hold_late()
         # fit() returns after a preemption and the submitted function goes on: only a wrapper
         # can keep its early return from becoming the submitit job's result.

@@ -12,16 +12,16 @@ from typing import Any, Final, Protocol
 from ckptdash.events import CheckpointRemoved, CheckpointSaved, Trigger
 from ckptdash.lightning import compat
 from ckptdash.lightning.compat import CheckpointIO, TorchCheckpointIO
-from ckptdash.train import written
-from ckptdash.train.async_save import AsyncSaver
-from ckptdash.train.saving import (
+from ckptdash.train.checkpoints import written
+from ckptdash.train.checkpoints.async_save import AsyncSaver
+from ckptdash.train.checkpoints.saving import (
     META_KEY,
     Written,
     durable_existing,
     record_save,
     save_atomic,
 )
-from ckptdash.train.session import Session
+from ckptdash.train.engine.session import Session
 
 # The file name _MultiProcessingLauncher gives the weights a ddp_spawn worker hands back.
 _SPAWN_HANDOVER_NAME: Final = ".temp.ckpt"
@@ -150,7 +150,8 @@ def record_written(
     what it wrote (a file, or a directory of shards) and record it as saved.
 
     A ``plugin`` (a user's CheckpointIO) may write somewhere other than ``path``: what it really
-    wrote is looked for (:mod:`ckptdash.train.written`) and recorded as ``written_at``; if
+    wrote is looked for (:mod:`ckptdash.train.checkpoints.written`) and recorded as
+    ``written_at``; if
     nothing can be found the save is recorded as unvalidated, with a warning, and training
     goes on: ckptdash never fails a save that worked for a path it cannot see.
     """

@@ -21,7 +21,7 @@ from ckptdash.events import CheckpointSaved, Trigger
 from ckptdash.lightning import compat
 from ckptdash.lightning.compat import ModelCheckpoint
 from ckptdash.rundir import atomic_write
-from ckptdash.train.session import Session
+from ckptdash.train.engine.session import Session
 
 
 def follow_links(trainer: Any, session: Session) -> None:

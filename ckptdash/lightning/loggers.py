@@ -1,4 +1,4 @@
-"""The Trainer's loggers continue one run across attempts (see :mod:`ckptdash.train.loggers`).
+"""The Trainer's loggers continue one run across attempts (:mod:`ckptdash.train.tracking.loggers`).
 
 Lightning opens every logger's experiment (``wandb.init``, an MLflow run, TensorBoard's
 version folder) in ``_call_setup_hook``, *before* any callback's ``setup``, and resolves a
@@ -26,8 +26,8 @@ from typing import Any, Final
 from ckptdash.events import LoggerAttached
 from ckptdash.lightning import compat
 from ckptdash.rundir import RunDir, door
-from ckptdash.train import loggers
-from ckptdash.train.session import Session
+from ckptdash.train.engine.session import Session
+from ckptdash.train.tracking import loggers
 
 KEPT_SUFFIX: Final = ".ckptdash-kept"
 """Lightning's CSV writer deletes ``metrics.csv`` of a folder it reopens: ckptdash moves it

@@ -22,8 +22,8 @@ from ckptdash.events import CheckpointInvalid
 from ckptdash.lightning import compat
 from ckptdash.lightning.checkpoint_io import weights_only
 from ckptdash.lightning.compat import UNKNOWN, given_ckpt_path
-from ckptdash.train.misfit import MISFIT_ERRORS, gist, misfit_message, older_resumable
-from ckptdash.train.session import Session
+from ckptdash.train.checkpoints.misfit import MISFIT_ERRORS, gist, misfit_message, older_resumable
+from ckptdash.train.engine.session import Session
 
 _HPC_NAME: Final = re.compile(r"^hpc_ckpt_\d+\.ckpt$")
 
@@ -187,7 +187,7 @@ def _refuse(session: Session, path: str, reason: str) -> None:
 @contextlib.contextmanager
 def _misfit_as_one_line(session: Session, path: Any) -> Iterator[None]:
     """A checkpoint that does not fit the model fails the attempt with one line naming it
-    and the fix (:mod:`ckptdash.train.misfit`), instead of Lightning's long error."""
+    and the fix (:mod:`ckptdash.train.checkpoints.misfit`), instead of Lightning's long error."""
     try:
         yield
     except MISFIT_ERRORS as exc:

@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from ckptdash.lightning import compat
-from ckptdash.train.session import Session
-from ckptdash.train.signals import signal_name
+from ckptdash.train.ending.signals import signal_name
+from ckptdash.train.engine.session import Session
 
 
 def take_signals_over(trainer: Any, session: Session) -> None:

@@ -13,8 +13,8 @@ Three kinds of strategy:
 3. **Any other strategy that replaces** ``save_checkpoint`` (a user's own, XLA, a subclass of
    DDP that overrides it): each save is watched. If it reached the CheckpointIO, the IO
    recorded it. If rank 0 returned without it, what the strategy wrote is looked for
-   (:mod:`ckptdash.train.written`) and recorded after the fact, or recorded as unvalidated,
-   both with a warning.
+   (:mod:`ckptdash.train.checkpoints.written`) and recorded after the fact, or recorded as
+   unvalidated, both with a warning.
 
 Invariant: every save Lightning asks a strategy for ends as one record (saved, failed or
 unvalidated), never none. Reason: a strategy recognised by its name lost every save of a
@@ -42,9 +42,9 @@ from ckptdash.lightning.checkpoint_io import (
     weights_only,
 )
 from ckptdash.lightning.compat import Strategy, writes_shards
-from ckptdash.train import written
-from ckptdash.train.saving import Written, durable_existing, record_save
-from ckptdash.train.session import Session
+from ckptdash.train.checkpoints import written
+from ckptdash.train.checkpoints.saving import Written, durable_existing, record_save
+from ckptdash.train.engine.session import Session
 
 # The strategy classes already warned about (one warning per class and process).
 _WARNED: set[type] = set()

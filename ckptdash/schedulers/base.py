@@ -29,7 +29,7 @@ SignalMeaning = Literal["requeue", "terminate", "ignore"]
 
 Signalled = Callable[[str, float], bool]
 """``signalled(name, since)``: whether signal ``name`` reached this process since Unix time
-``since`` (the session's :meth:`~ckptdash.train.signals.SignalRecorder.received_since`)."""
+``since`` (the session's :meth:`~ckptdash.train.ending.signals.SignalRecorder.received_since`)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,7 @@
   end reported later is taken as the job's own end, and a job that exits 0 is then not
   rerun (nor one killed at the end of a notify time longer than that), and the kill order
   itself was seen lost. So a requeued attempt ends the process with exit status 99
-  (:mod:`ckptdash.train.exit_status`), which Grid Engine reruns either way, and after
+  (:mod:`ckptdash.train.ending.exit_status`), which Grid Engine reruns either way, and after
   ckptdash's own ``qmod -rj`` it ends once the notify has come
   (:meth:`GridEngineScheduler.settle_requeue`). The batch script must ``exec`` Python (or
   pass its status on).
@@ -236,7 +236,7 @@ class GridEngineScheduler(Scheduler):
         end reads as the job's own finish), nor one that outlives the notify until the kill
         (``qacct``: ``failed 100 : assumedly after job``), while one that exits after the
         notify is rerun within seconds. ckptdash keeps a SIGUSR2 after ``run_finished``
-        from ending the process (:mod:`ckptdash.train.signals`), so the wait ends on the
+        from ending the process (:mod:`ckptdash.train.ending.signals`), so the wait ends on the
         signal itself; one that came before the push (the hard limit's, whose kill is under
         way) counts too. Bounded by :data:`SETTLE_S` (the process then exits 99 all the same);
         returns early once Grid Engine no longer lists the job."""

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ckptdash.errors import ConfigError as ConfigError  # also importable from here
-from ckptdash.train.signals import signal_number
+from ckptdash.train.ending.signals import signal_number
 
 SignalAction = Literal["requeue", "terminate", "ignore"]
 RequeueMode = Literal["auto", "off"]

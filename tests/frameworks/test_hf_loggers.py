@@ -30,7 +30,7 @@ import ckptdash
 from ckptdash.hf import CkptDashCallback
 from ckptdash.rundir import RunDir, manifest
 from ckptdash.state.reading import load_state
-from ckptdash.train import loggers
+from ckptdash.train.tracking import loggers
 from tests import wandb_offline
 from tests.frameworks.hf_tiny import trainer
 from tests.frameworks.launch import torchrun2

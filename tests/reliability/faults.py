@@ -159,8 +159,8 @@ def save_victim(
     """
     import torch
 
+    from ckptdash.train.engine.session import Session
     from ckptdash.train.monitor import Monitor
-    from ckptdash.train.session import Session
 
     monitor = Monitor(run_dir, install_signals=False, heartbeat_interval_s=0.05)
     session: Session = monitor.session

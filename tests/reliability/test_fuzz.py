@@ -49,7 +49,7 @@ from ckptdash.schedulers.base import Scheduler
 from ckptdash.state import RunState
 from ckptdash.tail import RunTailer
 from ckptdash.train.config import TrainConfig
-from ckptdash.train.session import Session
+from ckptdash.train.engine.session import Session
 from tests.reliability.conftest import FUZZED, LONG
 
 

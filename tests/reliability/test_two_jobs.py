@@ -31,8 +31,8 @@ from ckptdash.events import (
 from ckptdash.rundir import RunDir
 from ckptdash.rundir.writer import EventWriter
 from ckptdash.schedulers.slurm import SlurmScheduler
-from ckptdash.train.guard import RunGuard
-from ckptdash.train.session import Session
+from ckptdash.train.engine.session import Session
+from ckptdash.train.starting.guard import RunGuard
 from tests.reliability import faults
 from tests.reliability.conftest import scale
 
@@ -198,7 +198,7 @@ def test_of_two_jobs_that_both_wrote_run_started_the_later_gives_way(
             super().__init__(session)  # the first look saw nobody
             _other_job(run, host="node99", pid=4242, job_id="9", last_event_age_s=age)
 
-    monkeypatch.setattr("ckptdash.train.session.RunGuard", Racing)
+    monkeypatch.setattr("ckptdash.train.engine.session.RunGuard", Racing)
     if other_started == "earlier":
         with pytest.raises(RunDirError, match="node99"):
             Monitor(run, install_signals=False)

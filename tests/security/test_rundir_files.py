@@ -29,7 +29,7 @@ from ckptdash.rundir import RunDir
 from ckptdash.rundir.manifest import MANIFEST_NAME
 from ckptdash.schedulers.base import Scheduler
 from ckptdash.state.reading import load_state
-from ckptdash.train.attempts import attempt_number
+from ckptdash.train.starting.attempts import attempt_number
 
 ROOT = Path(__file__).resolve().parents[2]
 DEEP = b"[" * 5000 + b"]" * 5000

@@ -5,7 +5,7 @@ resume right after the save, and no rank left running.
 
 torch 2.13's torchrun does not catch SIGUSR2 (not in its default ``--signals-to-handle``): it
 dies of it, and its ranks, in sessions of their own, notice their parent gone
-(:mod:`ckptdash.train.agent`).
+(:mod:`ckptdash.train.ending.agent`).
 """
 
 from __future__ import annotations

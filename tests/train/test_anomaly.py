@@ -15,8 +15,8 @@ import ckptdash
 from ckptdash import control
 from ckptdash.cli import render_status
 from ckptdash.rundir import RunDir
-from ckptdash.train.anomaly import ROLLBACK_AUTHOR, AnomalyWatch
 from ckptdash.train.config import ConfigError, TrainConfig
+from ckptdash.train.health.anomaly import ROLLBACK_AUTHOR, AnomalyWatch
 from tests.train.helpers import fake_scontrol, slurm_env, state_of
 
 

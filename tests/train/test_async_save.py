@@ -20,7 +20,7 @@ import ckptdash
 from ckptdash.events import CheckpointSaved, CheckpointStarted, RequeueIssued, decode_lines
 from ckptdash.resume import check_checkpoint
 from ckptdash.rundir import RunDir
-from ckptdash.train.async_save import AsyncSaver
+from ckptdash.train.checkpoints.async_save import AsyncSaver
 from tests.train.helpers import fake_scontrol, send_self, slurm_env, state_of
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,7 +12,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from ckptdash.train import agent
+from ckptdash.train.ending import agent
 from tests.conftest import WaitUntil
 from tests.slurm.harness import read_events
 from tests.train.helpers import state_of

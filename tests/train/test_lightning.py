@@ -276,7 +276,7 @@ def test_one_process_checks_once_a_period_and_right_after_a_signal(
     """A single-process fit looks at signals, commands and heartbeats at its first step, then
     once a period (here 30 s, longer than the fit) and at the step a signal came in, not at
     every step: between checks its per-step hook is off and Lightning does not dispatch it."""
-    from ckptdash.train.session import Session
+    from ckptdash.train.engine.session import Session
 
     checks: list[int] = []
     check_now = Session.check_now

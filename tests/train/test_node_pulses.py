@@ -1,5 +1,5 @@
-"""One shared pulse file per node (ckptdash.train.node_pulses): the node's local rank 0 writes
-every rank's record; a rank that sees no collector writes its own; the folder in node memory
+"""One shared pulse file per node (ckptdash.train.health.node_pulses): the node's local rank 0
+writes every rank's record; a rank that sees no collector writes its own; the folder in node memory
 is never another user's."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from ckptdash.rundir import RunDir
 from ckptdash.rundir.pulses import PULSES_DIR
 from ckptdash.rundir.writer import EventWriter
 from ckptdash.state.reading import load_state
-from ckptdash.train.node_pulses import NodePulses, local_rank, node_folder
+from ckptdash.train.health.node_pulses import NodePulses, local_rank, node_folder
 
 
 def writers(run: Path, ranks: int) -> list[EventWriter]:

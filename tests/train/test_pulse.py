@@ -1,4 +1,4 @@
-"""Every rank's pulse and the in-job hang check (ckptdash.train.pulse, Session wiring)."""
+"""Every rank's pulse and the in-job hang check (ckptdash.train.health.pulse, Session wiring)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from ckptdash.rundir import RunDir
 from ckptdash.rundir.writer import EventWriter
 from ckptdash.state.reading import load_state
 from ckptdash.train.config import TrainConfig
-from ckptdash.train.pulse import Pulser
-from ckptdash.train.session import Session
+from ckptdash.train.engine.session import Session
+from ckptdash.train.health.pulse import Pulser
 from tests.conftest import WaitUntil
 
 

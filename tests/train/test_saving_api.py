@@ -223,7 +223,7 @@ def test_another_rank_failing_publishes_nothing(
     """When the agreement says another rank's writing failed, the lead rank publishes
     nothing although its own part succeeded: its temp directory is removed, the save is
     recorded as failed, and this rank gets a SaveError too (every rank leaves together)."""
-    from ckptdash.train import dist
+    from ckptdash.train.engine import dist
 
     run = tmp_path / "run"
     target = run / "checkpoints" / "step=3"

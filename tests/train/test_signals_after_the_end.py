@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from ckptdash.train.signals import SignalRecorder
+from ckptdash.train.ending.signals import SignalRecorder
 
 
 @pytest.fixture

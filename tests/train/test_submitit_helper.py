@@ -108,7 +108,7 @@ def test_a_monitor_outside_a_with_block_in_a_submitit_job_says_to_wrap_it(
     import ckptdash
 
     _in_submitit_job(monkeypatch, tmp_path / "submitit")
-    monkeypatch.setattr("ckptdash.train.submitit_job._warned", False)
+    monkeypatch.setattr("ckptdash.train.ending.submitit_job._warned", False)
     monitor = ckptdash.Monitor(tmp_path / "run")
     monitor.step(0)
     monitor.step(1)
@@ -129,7 +129,7 @@ def test_the_lightning_callback_in_an_unwrapped_submitit_job_says_to_wrap_it(
     from tests.train.test_lightning import Tiny, callback, trainer
 
     _in_submitit_job(monkeypatch, tmp_path / "submitit")
-    monkeypatch.setattr("ckptdash.train.submitit_job._warned", False)
+    monkeypatch.setattr("ckptdash.train.ending.submitit_job._warned", False)
     run = tmp_path / "run"
     preemptible(lambda: trainer(run, 2, [callback(run)]).fit(Tiny()))()
     assert "not wrapped" not in capfd.readouterr().err

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from ckptdash.train.ticker import Ticker
+from ckptdash.train.engine.ticker import Ticker
 
 
 def test_ticks_at_its_period_until_stopped() -> None:

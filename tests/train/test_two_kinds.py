@@ -16,7 +16,7 @@ import ckptdash
 from ckptdash import control
 from ckptdash.cli import main
 from ckptdash.resume import judge_given
-from ckptdash.train.artifacts import SAID_SO, STATE_DICT_ALONE
+from ckptdash.train.checkpoints.artifacts import SAID_SO, STATE_DICT_ALONE
 from tests.train.helpers import state_of
 from tests.train.plain_two_kinds_worker import main as worker_main
 from tests.train.test_distributed import job_env

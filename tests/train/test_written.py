@@ -1,12 +1,12 @@
-"""Finding what a framework plugin really wrote for a path it was handed (ckptdash.train.written),
-on real folders: the handed path, one file that appeared near it, a folder named like it, or
-nothing that can be told apart."""
+"""Finding what a framework plugin really wrote for a path it was handed
+(ckptdash.train.checkpoints.written), on real folders: the handed path, one file that
+appeared near it, a folder named like it, or nothing that can be told apart."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from ckptdash.train import written
+from ckptdash.train.checkpoints import written
 
 
 def _around(

@@ -14,7 +14,7 @@ from ckptdash.events import CheckpointInvalid
 from ckptdash.resume import ResumeChoice, ValidateMode, choose_resume, judge_given
 from ckptdash.rundir import RunDir
 from ckptdash.rundir.writer import EventWriter
-from ckptdash.train import dist
+from ckptdash.train.engine import dist
 
 
 def choose(

@@ -43,7 +43,7 @@ from ckptdash.events import CheckpointFailed, CheckpointSaved, CheckpointStarted
 from ckptdash.rundir import atomic_write
 from ckptdash.rundir.door import make_folders
 from ckptdash.rundir.writer import EventWriter
-from ckptdash.train.saving import record_save, torch_writer
+from ckptdash.train.checkpoints.saving import record_save, torch_writer
 
 # The persist threads' niceness (see _yield_cpu), the lowest: on a GPU node, where cores are
 # mostly idle, niceness costs the persist nothing; where training keeps every core busy (CPU

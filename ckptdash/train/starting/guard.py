@@ -28,8 +28,8 @@ refuses to run beside another live job:
    records ``run_failed`` with the reason and raises. This needs the hosts' clocks to
    agree to better than the few milliseconds between the two reads (NTP does).
 
-The :class:`~ckptdash.train.logview.LogView` it replays is handed on to
-:func:`ckptdash.train.recovery.recover`, which settles what crashed attempts
+The :class:`~ckptdash.train.starting.logview.LogView` it replays is handed on to
+:func:`ckptdash.train.starting.recovery.recover`, which settles what crashed attempts
 left behind — only once the guard has established that nobody else is writing.
 """
 
@@ -47,8 +47,8 @@ from ckptdash.rundir import RunDir
 from ckptdash.rundir.process import process_alive
 from ckptdash.rundir.writer import EventWriter
 from ckptdash.state.records import AttemptInfo
-from ckptdash.train import dist
-from ckptdash.train.logview import LogView
+from ckptdash.train.engine import dist
+from ckptdash.train.starting.logview import LogView
 
 _ENDED: Final = frozenset({"finished", "stopped", "failed"})
 
@@ -75,7 +75,7 @@ class RunGuard:
     look, every rank gets the answer as :attr:`refusal`. Then call :meth:`confirm` with the
     written ``run_started`` event (``None`` on other ranks). A refusal is a message naming
     both jobs and the fix; the caller refuses to start with it. ``view`` is rank 0's replay
-    of the log, for :func:`~ckptdash.train.recovery.recover`.
+    of the log, for :func:`~ckptdash.train.starting.recovery.recover`.
     """
 
     def __init__(self, me: Claimant) -> None:

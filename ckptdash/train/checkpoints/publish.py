@@ -25,8 +25,8 @@ from ckptdash.errors import SaveError
 from ckptdash.events import CheckpointFailed, CheckpointSaved, CheckpointStarted, Trigger
 from ckptdash.rundir import fsync_dir, manifest, temp_path_for
 from ckptdash.rundir.door import make_folders
-from ckptdash.train import dist
-from ckptdash.train.session import Session
+from ckptdash.train.engine import dist
+from ckptdash.train.engine.session import Session
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Final
 
 from ckptdash.train.config import SignalAction
-from ckptdash.train.signals import signal_number
+from ckptdash.train.ending.signals import signal_number
 
 AGENT_EXITED: Final = "launcher-exited"
 """The ``signal`` of the ``signal_received`` a rank records when its launcher agent is gone."""

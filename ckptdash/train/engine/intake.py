@@ -4,7 +4,7 @@ and the launcher agent's exit, each with the action it stands for.
 Invariant: every name in :attr:`SignalIntake.actions` is spelt ``SIGNAME`` and has a
 record-only handler once installed; the scheduler's meanings (Grid Engine's USR1) sit under the
 user's ``TrainConfig.signals``, never a default action; a launcher agent gone
-(:mod:`ckptdash.train.agent`) is taken once, with the strongest configured action.
+(:mod:`ckptdash.train.ending.agent`) is taken once, with the strongest configured action.
 Reason: the session, its start-up line and the late-requeue wait read one map, and the agent's
 exit reaches the agreement the same way as a signal, so nothing downstream tells them apart.
 """
@@ -15,10 +15,10 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ckptdash.train import agent
 from ckptdash.train.config import SignalAction
-from ckptdash.train.decision import ACTION_CODE, REQUEUE
-from ckptdash.train.signals import SignalRecorder
+from ckptdash.train.ending import agent
+from ckptdash.train.ending.signals import SignalRecorder
+from ckptdash.train.engine.decision import ACTION_CODE, REQUEUE
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,7 +26,7 @@ class Taken:
     """One thing that came in since the last check: what to record and act on."""
 
     name: str
-    """``SIGUSR2``, or :data:`~ckptdash.train.agent.AGENT_EXITED`."""
+    """``SIGUSR2``, or :data:`~ckptdash.train.ending.agent.AGENT_EXITED`."""
     action: SignalAction
     t: float
     """Unix time it happened (a signal: inside its handler; the agent: when noticed)."""

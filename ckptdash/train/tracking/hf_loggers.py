@@ -19,8 +19,9 @@ from typing import Any
 
 from ckptdash.resume import choose_resume
 from ckptdash.rundir import RunDir
-from ckptdash.train import dist, loggers
+from ckptdash.train.engine import dist
 from ckptdash.train.monitor import Monitor
+from ckptdash.train.tracking import loggers
 
 _TENSORBOARD_DIR = "TENSORBOARD_LOGGING_DIR"
 _SET_BY_US: dict[str, str] = {}

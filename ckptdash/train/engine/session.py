@@ -44,18 +44,21 @@ from ckptdash.rundir import RunDir, door
 from ckptdash.rundir.writer import EventWriter
 from ckptdash.schedulers import detect
 from ckptdash.schedulers.base import Scheduler
-from ckptdash.train import anomaly, crash_loop, dist, exit_status, requeue, resuming
-from ckptdash.train.announce import announce_stream, announcement
-from ckptdash.train.attempts import attempt_number
-from ckptdash.train.cadence import Cadence
-from ckptdash.train.commands import Commands
 from ckptdash.train.config import SignalAction, TrainConfig
-from ckptdash.train.decision import ACTION_CODE, Decision, Pending, decide
-from ckptdash.train.fresh import consume_fresh_request, fresh_start
-from ckptdash.train.guard import Claimant, RunGuard, refuse_to_start
-from ckptdash.train.intake import SignalIntake
-from ckptdash.train.pulse import Pulser
-from ckptdash.train.recovery import recover
+from ckptdash.train.ending import crash_loop, exit_status, requeue
+from ckptdash.train.engine import dist
+from ckptdash.train.engine.announce import announce_stream, announcement
+from ckptdash.train.engine.cadence import Cadence
+from ckptdash.train.engine.commands import Commands
+from ckptdash.train.engine.decision import ACTION_CODE, Decision, Pending, decide
+from ckptdash.train.engine.intake import SignalIntake
+from ckptdash.train.health import anomaly
+from ckptdash.train.health.pulse import Pulser
+from ckptdash.train.starting import resuming
+from ckptdash.train.starting.attempts import attempt_number
+from ckptdash.train.starting.fresh import consume_fresh_request, fresh_start
+from ckptdash.train.starting.guard import Claimant, RunGuard, refuse_to_start
+from ckptdash.train.starting.recovery import recover
 
 SIGNAL_STOPS: list[str] = []
 """Why each signal stop in this process stopped training (``preempted``, ``terminated``): a
@@ -148,7 +151,7 @@ class Session:
         """Record the attempt, settle what a crashed attempt left, install handlers.
 
         Raises :class:`~ckptdash.errors.RunDirError` on every rank when another live
-        job uses the run directory (see :mod:`ckptdash.train.guard`).
+        job uses the run directory (see :mod:`ckptdash.train.starting.guard`).
         """
         if self._started:
             return
@@ -321,7 +324,7 @@ class Session:
 
     def _requeue_if_asked_since_terminating(self) -> None:
         """A terminate signal followed by a requeue signal before the attempt ends is one
-        preemption (:func:`~ckptdash.train.requeue.late_requeue_signal`): requeue after the
+        preemption (:func:`~ckptdash.train.ending.requeue.late_requeue_signal`): requeue after the
         one save. Every rank waits; rank 0 requeues."""
         if self.stop_reason != "terminated" or not self.scheduler.can_requeue:
             return

@@ -1,7 +1,7 @@
 """The run's log as the start of an attempt reads it: replayed once, then kept current.
 
-:class:`~ckptdash.train.guard.RunGuard` replays it to see which other jobs are
-live; :func:`~ckptdash.train.recovery.recover` reads the same replay to settle
+:class:`~ckptdash.train.starting.guard.RunGuard` replays it to see which other jobs are
+live; :func:`~ckptdash.train.starting.recovery.recover` reads the same replay to settle
 what crashed attempts left behind.
 """
 

@@ -8,9 +8,9 @@ from collections.abc import Mapping
 from typing import TextIO
 
 from ckptdash.schedulers.base import Scheduler
-from ckptdash.train import requeue
 from ckptdash.train.config import SignalAction, TrainConfig
-from ckptdash.train.signals import SignalRecorder, signal_number
+from ckptdash.train.ending import requeue
+from ckptdash.train.ending.signals import SignalRecorder, signal_number
 
 
 def announce_stream() -> TextIO:

@@ -20,8 +20,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ckptdash.events import LoggerAttached
-from ckptdash.train import loggers
-from ckptdash.train.session import Session
+from ckptdash.train.engine.session import Session
+from ckptdash.train.tracking import loggers
 
 
 class LoggerRuns:
@@ -81,7 +81,7 @@ class LoggerRuns:
     def wandb_init_kwargs(self) -> dict[str, Any]:
         """``wandb.init(**kwargs)``: the same W&B run id in every attempt, resumed (and, after
         the first attempt, not in a W&B service another process started: see
-        :func:`ckptdash.train.loggers.own_wandb_service`)."""
+        :func:`ckptdash.train.tracking.loggers.own_wandb_service`)."""
         if self._session.rank == 0:
             loggers.own_wandb_service(again=self._session.attempt > 0)
         self.attach("wandb", self.run_id, redone=loggers.DROPPED if self.logged_through else "")

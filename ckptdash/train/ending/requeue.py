@@ -18,7 +18,7 @@ from ckptdash.rundir import RunDir
 from ckptdash.rundir.writer import EventWriter
 from ckptdash.schedulers.base import Scheduler
 from ckptdash.train.config import TrainConfig
-from ckptdash.train.decision import REQUEUE
+from ckptdash.train.engine.decision import REQUEUE
 
 
 def requeue(

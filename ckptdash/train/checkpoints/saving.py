@@ -67,7 +67,7 @@ def record_save(
     code began writing, so that a kill during the write is known to the next attempt).
     ``artifact``: why the checkpoint cannot resume training (weights only, an export), None
     when it can (recorded as the event's ``artifact``).
-    An asynchronous save (:mod:`ckptdash.train.async_save`) announced itself when it was
+    An asynchronous save (:mod:`ckptdash.train.checkpoints.async_save`) announced itself when it was
     staged, passes that moment as ``began`` (a ``perf_counter`` reading, so
     ``duration_s`` runs from the call to durable) and its stall as ``blocking_s``.
 

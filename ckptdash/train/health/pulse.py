@@ -3,7 +3,7 @@
 The thread reads the step the main thread last reached (an attribute read) about once a
 second and rewrites this rank's pulse record with it (:mod:`ckptdash.rundir.pulses`: one
 fixed-size record, so liveness never grows the log; one shared file per node where the
-launcher names local ranks, :mod:`ckptdash.train.node_pulses`); once a minute it also
+launcher names local ranks, :mod:`ckptdash.train.health.node_pulses`); once a minute it also
 appends a ``pulse`` event to the rank's event file, without fsync, for the history. Where
 the record cannot be written, every pulse goes to the log as before. The training step itself
 pays nothing: no per-step write, no per-step clock read.
@@ -27,8 +27,8 @@ from collections.abc import Callable
 from ckptdash.events import AlertCleared, AlertRaised, Pulse
 from ckptdash.rundir.pulses import LOG_EVERY_S
 from ckptdash.rundir.writer import EventWriter
-from ckptdash.train.node_pulses import NodePulses, local_rank
-from ckptdash.train.ticker import Ticker
+from ckptdash.train.engine.ticker import Ticker
+from ckptdash.train.health.node_pulses import NodePulses, local_rank
 
 
 class Pulser:

@@ -19,7 +19,7 @@ import signal
 import threading
 from types import FrameType
 
-from ckptdash.train.signals import Handler, signal_number
+from ckptdash.train.ending.signals import Handler, signal_number
 
 _installed: ChildForwarder | None = None
 

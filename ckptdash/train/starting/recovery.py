@@ -1,7 +1,7 @@
 """What a crashed attempt leaves behind, settled by the next one with an event each.
 
 A ``kill -9``, an OOM kill or a node failure can stop an attempt anywhere.
-When the next attempt starts — and only after :class:`~ckptdash.train.guard.RunGuard`
+When the next attempt starts — and only after :class:`~ckptdash.train.starting.guard.RunGuard`
 has established that no other job writes to the run directory — rank 0 settles:
 
 * **Commands left in** ``control/claimed/``: claimed, never moved to ``done/``.
@@ -55,7 +55,7 @@ from ckptdash.events import (
 from ckptdash.rundir import TEMP_PREFIX, RunDir
 from ckptdash.rundir.process import process_alive
 from ckptdash.rundir.writer import EventWriter
-from ckptdash.train.logview import LogView
+from ckptdash.train.starting.logview import LogView
 
 _ANSWERED: Final = frozenset({"applied", "rejected", "expired"})
 
