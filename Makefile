@@ -40,7 +40,7 @@ test: system lint types
 	$(VENV)/bin/pytest
 
 check: lint types
-	CKPTDASH_UNIT_ONLY=1 $(VENV)/bin/pytest -q -m "$(UNIT)" --durations=10
+	CKPTDASH_UNIT_ONLY=1 $(VENV)/bin/pytest -q -n 2 -m "$(UNIT)" --durations=10
 
 # The Lightning, HF/Accelerate and Panel tests against pyproject's lower bounds
 # (constraints-compat.txt) in a venv of their own, .venv-compat; not part of `make test`: run it
