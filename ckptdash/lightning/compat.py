@@ -111,6 +111,11 @@ def _wrap_once(owner: Any, name: str, wrap: Callable[[Any], Any]) -> None:
         return
     wrapper = wrap(original)
     setattr(wrapper, _MARK, True)
+    # A bound method pickles as (instance, its function's __name__): under ddp_spawn the
+    # Trainer's wrapped method travels to each worker by that name, which must be the
+    # attribute's, or the worker fails to unpickle it ("no attribute 'fit_impl'").
+    wrapper.__name__ = name
+    wrapper.__qualname__ = f"{getattr(owner, '__qualname__', type(owner).__name__)}.{name}"
     setattr(owner, name, wrapper)
 
 
