@@ -168,25 +168,14 @@ def record_written(
             return 0, ""
         if plugin is None:
             return durable_existing(target)
-        real = written.reported_by(plugin, target)
-        if real is None:
-            found = written.locate(target, before, written.listing(folder, own))
-            real = found.path
-            if real is None:
-                warnings.warn(
-                    f"ckptdash: {type(plugin).__name__} saved {target} where ckptdash cannot"
-                    f" see it ({found.why_not}); recorded as unvalidated",
-                    RuntimeWarning,
-                    stacklevel=2,
-                )
-                return Written(0, "", unvalidated=found.why_not)
-        try:
-            size, checksum = durable_existing(real)
-        except OSError as exc:  # the plugin's files, unreadable to ckptdash: its save worked
-            why = f"cannot read {real}: {exc.strerror or exc}"
-            warnings.warn(f"ckptdash: {why}; recorded as unvalidated", RuntimeWarning, 2)
-            return Written(0, "", unvalidated=why)
-        return Written(size, checksum, written_at=None if real == target else real)
+        return really_written(
+            plugin,
+            target,
+            before,
+            lambda: written.listing(folder, own),
+            saying=f"{type(plugin).__name__} saved {target}",
+            stacklevel=2,
+        )
 
     saved = record_save(
         session.writer if lead else None,
@@ -243,6 +232,41 @@ def monitored_scores(checkpoint: dict[str, Any]) -> dict[str, float] | None:
         if math.isfinite(value):
             out[monitor] = value
     return out or None
+
+
+def really_written(
+    saver: Any,
+    target: str,
+    before: written.Listing,
+    after: Callable[[], written.Listing],
+    *,
+    saying: str,
+    stacklevel: int,
+) -> Written:
+    """What ``saver`` (a user's CheckpointIO, or a strategy that bypasses it) really wrote for
+    ``target``: the path it reports, else the one :func:`written.locate` finds between the
+    ``before`` listing and ``after()``; its size and checksum once durable. Nothing found, or
+    files ckptdash cannot read: recorded as unvalidated, with a warning (``saying`` opens it,
+    ``stacklevel`` as seen from the caller) — the save worked, ckptdash only cannot see it."""
+    real = written.reported_by(saver, target)
+    if real is None:
+        found = written.locate(target, before, after())
+        if found.path is None:
+            warnings.warn(
+                f"ckptdash: {saying} where ckptdash cannot see it ({found.why_not}); recorded"
+                " as unvalidated",
+                RuntimeWarning,
+                stacklevel=stacklevel + 1,
+            )
+            return Written(0, "", unvalidated=found.why_not)
+        real = found.path
+    try:
+        size, checksum = durable_existing(real)
+    except OSError as exc:  # the saver's files, unreadable to ckptdash: its save worked
+        why = f"cannot read {real}: {exc.strerror or exc}"
+        warnings.warn(f"ckptdash: {why}; recorded as unvalidated", RuntimeWarning, stacklevel + 1)
+        return Written(0, "", unvalidated=why)
+    return Written(size, checksum, written_at=None if real == target else real)
 
 
 def declare_dir_of(session: Session, path: Any) -> None:

@@ -38,12 +38,13 @@ from ckptdash.lightning.checkpoint_io import (
     SaveSource,
     declare_dir_of,
     monitored_scores,
+    really_written,
     stamp,
     weights_only,
 )
 from ckptdash.lightning.compat import Strategy, writes_shards
 from ckptdash.train.checkpoints import written
-from ckptdash.train.checkpoints.saving import Written, durable_existing, record_save
+from ckptdash.train.checkpoints.saving import Written, record_save
 from ckptdash.train.engine.session import Session
 
 # The strategy classes already warned about (one warning per class and process).
@@ -84,24 +85,17 @@ def record_outside_io(
     name = type(strategy).__name__
 
     def what_was_written() -> Written:
-        real = written.reported_by(strategy, target)
-        if real is None:
-            found = written.locate(target, before, written.listing(folder, own))
-            if found.path is None:
-                warnings.warn(
-                    f"ckptdash: {name} saved {target} without its CheckpointIO, where ckptdash"
-                    f" cannot see it ({found.why_not}); recorded as unvalidated",
-                    RuntimeWarning,
-                    stacklevel=4,
-                )
-                return Written(0, "", unvalidated=found.why_not)
-            real = found.path
-        try:
-            size, checksum = durable_existing(real)
-        except OSError as exc:  # the strategy's files, unreadable to ckptdash: its save worked
-            why = f"cannot read {real}: {exc.strerror or exc}"
-            warnings.warn(f"ckptdash: {why}; recorded as unvalidated", RuntimeWarning, 4)
-            return Written(0, "", unvalidated=why)
+        found = really_written(
+            strategy,
+            target,
+            before,
+            lambda: written.listing(folder, own),
+            saying=f"{name} saved {target} without its CheckpointIO,",
+            stacklevel=4,
+        )
+        if found.unvalidated:
+            return found
+        real = found.written_at or target
         if type(strategy) not in _WARNED:
             _WARNED.add(type(strategy))
             warnings.warn(
@@ -111,7 +105,7 @@ def record_outside_io(
                 RuntimeWarning,
                 stacklevel=4,
             )
-        return Written(size, checksum, written_at=None if real == target else real)
+        return found
 
     saved = record_save(
         session.writer,
