@@ -22,7 +22,7 @@ import shutil
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 SignalMeaning = Literal["requeue", "terminate", "ignore"]
 """The same words as :data:`ckptdash.train.config.SignalAction`."""
@@ -354,10 +354,13 @@ class Queue:
         """Cancel the job if, and only if, it waits in the queue (held or not)."""
         raise NotImplementedError
 
+    ACT_COMMANDS: ClassVar[dict[str, str]] = {}
+    """The command of each ``ckptdash watch --on`` action (``requeue``, ``cancel``, ``hold``)."""
+
     def act_command(self, action: str, job_id: str) -> str:
         """The command :meth:`act` runs for ``action`` (``requeue``, ``cancel``, ``hold``), as
         ``ckptdash watch`` shows it when nothing ran (``scontrol requeue 77``, ``qdel 12``)."""
-        raise NotImplementedError
+        return f"{self.ACT_COMMANDS[action]} {job_id}"
 
     def act(self, action: str, view: JobView) -> tuple[str, str]:
         """Carry out a ``ckptdash watch --on`` rule's ``action`` on the job ``view`` describes

@@ -25,6 +25,7 @@ import shlex
 import shutil
 import subprocess
 import time
+from typing import ClassVar
 
 from ckptdash.errors import SchedulerError, SchedulerUnavailable
 from ckptdash.schedulers import evidence
@@ -188,9 +189,11 @@ class GridEngineQueue(Queue):
         self._must(["qdel", view.job_id], view.job_id)
         return self.job_view(view.job_id)
 
-    def act_command(self, action: str, job_id: str) -> str:
-        shown = {"requeue": "qmod -rj", "cancel": "qdel", "hold": "qhold"}
-        return f"{shown[action]} {job_id}"
+    ACT_COMMANDS: ClassVar[dict[str, str]] = {
+        "requeue": "qmod -rj",
+        "cancel": "qdel",
+        "hold": "qhold",
+    }
 
     def act(self, action: str, view: JobView) -> tuple[str, str]:
         job = view.job_id

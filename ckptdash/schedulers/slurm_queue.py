@@ -43,7 +43,7 @@ import shutil
 import subprocess
 import time
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, ClassVar
 
 from ckptdash.errors import SlurmError as SlurmError  # raised to callers as slurm_queue.SlurmError
 from ckptdash.errors import SlurmRefused as SlurmRefused
@@ -419,9 +419,11 @@ class SlurmQueue(Queue):
     def mirror_requeue(self, job_id: str, allowed: bool) -> str:
         return mirror_requeue(job_id, allowed, runner=self.runner)
 
-    def act_command(self, action: str, job_id: str) -> str:
-        shown = {"requeue": "scontrol requeue", "cancel": "scancel", "hold": "scontrol hold"}
-        return f"{shown[action]} {job_id}"
+    ACT_COMMANDS: ClassVar[dict[str, str]] = {
+        "requeue": "scontrol requeue",
+        "cancel": "scancel",
+        "hold": "scontrol hold",
+    }
 
     def act(self, action: str, view: JobView) -> tuple[str, str]:
         job = view.job_id

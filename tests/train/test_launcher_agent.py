@@ -88,5 +88,18 @@ def test_no_agent_is_watched_outside_a_launcher() -> None:
     )
     assert agent.action_on_exit({"SIGUSR2": "requeue", "SIGTERM": "terminate"}) == "requeue"
     assert agent.action_on_exit({"SIGTERM": "terminate"}) == "terminate"
-    caught = agent.caught_signals(os.getpid())  # Python itself catches SIGINT
+    # A fresh interpreter, not pytest's own process: an earlier in-process run may have left
+    # ckptdash's late-signal holder installed, as it does after every run that finished.
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import sys; print('ready', flush=True); sys.stdin.read()"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "ready\n"
+        caught = agent.caught_signals(child.pid)  # Python itself catches SIGINT
+    finally:
+        child.kill()
+        child.wait()
     assert caught is not None and signal.SIGINT in caught and signal.SIGUSR2 not in caught
