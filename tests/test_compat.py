@@ -23,14 +23,10 @@ from packaging.version import Version
 
 ROOT: Final = Path(__file__).resolve().parents[1]
 PACKAGE: Final = ROOT / "ckptdash"
-COMPAT: Final = ("lightning/compat.py", "dash/compat.py")
+COMPAT: Final = ("lightning/compat.py", "dash/compat.py", "train/tracking/wandb_compat.py")
 
 _NAMEDTUPLE: Final = {"_fields", "_replace", "_asdict", "_make"}  # namedtuple's public API
 _FRAME_READS: Final = {"currentframe", "_getframe", "f_locals", "f_back", "f_globals"}
-_TRAIN_PENDING = (
-    "to move into a compat module of its own (train/tracking/, beside loggers.py), with the"
-    " wandb releases it was written for"
-)
 
 ALLOWED: Final[dict[tuple[str, str], str]] = {
     ("cli/__init__.py", "_SubParsersAction"): "argparse, the standard library: not a framework",
@@ -38,9 +34,6 @@ ALLOWED: Final[dict[tuple[str, str], str]] = {
         "torch's Module.state_dict() OrderedDict attribute, only tested for presence"
     ),
     ("train/ending/exit_status.py", "_exit"): "os._exit, the standard library's: not a framework",
-    ("train/tracking/loggers.py", "_singleton"): f"wandb's service connection: {_TRAIN_PENDING}",
-    ("train/tracking/loggers.py", "_connection"): f"wandb's service connection: {_TRAIN_PENDING}",
-    ("train/tracking/loggers.py", "_pid"): f"wandb's service connection: {_TRAIN_PENDING}",
 }
 
 

@@ -16,7 +16,7 @@ from ckptdash.events import LoggerAttached, RunStarted, encode
 from ckptdash.rundir import RunDir
 from ckptdash.rundir.writer import EventWriter
 from ckptdash.state.reading import load_state
-from ckptdash.train.tracking import loggers
+from ckptdash.train.tracking import loggers, wandb_compat
 
 
 def test_the_derived_id_is_stable_and_safe_for_every_logger() -> None:
@@ -120,18 +120,18 @@ def test_own_wandb_service_leaves_another_processs_service_after_the_first_attem
     process's own service, a first attempt, or a connection already made is left alone (the
     last with a line saying what to do)."""
     other = "3-1-unix-/tmp/wandb-1-2-3/socket"
-    monkeypatch.setattr(loggers, "_wandb_connected", lambda: False)
+    monkeypatch.setattr(wandb_compat, "service_connected", lambda: False)
     monkeypatch.setenv("WANDB_SERVICE", other)
     assert loggers.own_wandb_service(again=False) is None
     assert os.environ["WANDB_SERVICE"] == other
     monkeypatch.setenv("WANDB_SERVICE", f"3-{os.getpid()}-unix-/tmp/wandb-x/socket")
     assert loggers.own_wandb_service(again=True) is None and os.environ["WANDB_SERVICE"]
     monkeypatch.setenv("WANDB_SERVICE", other)
-    monkeypatch.setattr(loggers, "_wandb_connected", lambda: True)
+    monkeypatch.setattr(wandb_compat, "service_connected", lambda: True)
     connected = loggers.own_wandb_service(again=True)
     assert connected is not None and "already connected" in connected
     assert os.environ["WANDB_SERVICE"] == other
-    monkeypatch.setattr(loggers, "_wandb_connected", lambda: False)
+    monkeypatch.setattr(wandb_compat, "service_connected", lambda: False)
     line = loggers.own_wandb_service(again=True)
     assert line is not None and "started by process 1" in line
     assert "WANDB_SERVICE" not in os.environ

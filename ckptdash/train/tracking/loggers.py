@@ -28,6 +28,7 @@ from typing import Any, Final
 
 from ckptdash.events import LoggerAttached, decode_lines
 from ckptdash.rundir import RunDir, atomic_write, door
+from ckptdash.train.tracking import wandb_compat
 
 ID_PREFIX: Final = "ckptdash-"
 """Derived versions and run ids read ``ckptdash-<run id>``: whose they are shows in any list."""
@@ -116,7 +117,7 @@ def own_wandb_service(again: bool) -> str | None:
     owner = fields[1] if len(fields) > 2 else ""
     if not owner.isdigit() or int(owner) == os.getpid():
         return None
-    if _wandb_connected():
+    if wandb_compat.service_connected():
         line = (
             f"ckptdash: W&B is already connected to the service {WANDB_SERVICE} names (started"
             f" by process {owner}); if an earlier attempt of this run was killed while logging"
@@ -132,15 +133,6 @@ def own_wandb_service(again: bool) -> str | None:
         )
     print(line, file=sys.stderr)
     return line
-
-
-def _wandb_connected() -> bool:
-    setup = sys.modules.get("wandb.sdk.wandb_setup")
-    singleton = getattr(setup, "_singleton", None)
-    return (
-        getattr(singleton, "_connection", None) is not None
-        and getattr(singleton, "_pid", None) == os.getpid()
-    )
 
 
 # --- dropping what a logger cannot replace -----------------------------------------------------
