@@ -263,9 +263,9 @@ class Scenarios:
     def outcome(self, name: str) -> Any:
         if name not in self.running:
             pytest.skip(
-                f"Grid Engine scenario {name!r} is opt-in: its rerun depends on a kill order"
-                " Son of Grid Engine 8.1.9 loses when several jobs of the host are rescheduled"
-                " together (docs/gridengine.md); run it with CKPTDASH_GRIDENGINE_ALL=1"
+                f"Grid Engine scenario {name!r} is opt-in: its rerun depends on a qmod -rj"
+                " kill order Son of Grid Engine 8.1.9 was seen to lose on a loaded machine"
+                " (docs/gridengine.md); run it with CKPTDASH_GRIDENGINE_ALL=1"
             )
         return self.running[name].result(timeout=600)
 
