@@ -338,6 +338,9 @@ class Scenario:
             parts.append(f"--- job {job.job_id}: {view}\n{job.log_tail()}")
             log = self.cluster.log_about(job)
             parts.append(f"--- slurmctld.log about job {job.job_id}:\n{log}")
+        unkillable = self.cluster.base / "log" / "unkillable.log"
+        if unkillable.exists():  # start.sh's UnkillableStepProgram: a step outlived SIGKILL
+            parts.append(f"--- {unkillable}:\n{unkillable.read_text(errors='replace')[-8000:]}")
         for run in self.runs:
             try:
                 events = read_events(run)

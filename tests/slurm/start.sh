@@ -73,6 +73,24 @@ if ! munge -n -S "$MUNGE_SOCK" 2>/dev/null | unmunge -S "$MUNGE_SOCK" >/dev/null
 fi
 munge -n -S "$MUNGE_SOCK" | unmunge -S "$MUNGE_SOCK" >/dev/null
 
+# --- what a step that outlives its SIGKILL leaves behind: slurmd runs this (as root) when
+# UnkillableStepTimeout passes, before it drains the node ("Kill task failed"); the harness
+# prints BASE/log/unkillable.log with a timed-out scenario's context.
+cat > "$BASE/etc/unkillable.sh" <<PROG
+#!/bin/sh
+{
+    echo "=== \$(date '+%FT%T') unkillable step: job \${SLURM_JOB_ID:-?} step \${SLURM_STEP_ID:-?}"
+    ps -eo pid,ppid,pgid,sid,stat,wchan:32,etime,args | cut -c1-240
+    for st in /proc/[0-9]*/stat; do
+        case "\$(cut -d' ' -f3 "\$st" 2>/dev/null)" in D|Z)
+            d=\${st%/stat}; echo "--- \$d: \$(tr '\\0' ' ' < "\$d/cmdline" 2>/dev/null | cut -c1-200)"
+            cat "\$d/stack" 2>/dev/null;;
+        esac
+    done
+} >> "$BASE/log/unkillable.log" 2>&1
+PROG
+chmod 755 "$BASE/etc/unkillable.sh"
+
 # --- slurm.conf: no accounting, no cgroups; fast scheduling and requeue; per-node files by %n
 N=$(echo "$NAMES" | wc -w)
 MEM_MB=$(($(awk '/MemTotal/{print $2}' /proc/meminfo) / 1024 / 2 / N))
@@ -112,6 +130,12 @@ SlurmdParameters=config_overrides
 JobRequeue=1
 MinJobAge=3600
 KillWait=5
+# 60 s by default. Twenty test jobs share two cores here, and one CI run saw a requeued
+# torchrun step still not ended 65 s after its SIGKILL: the node drained and every later
+# scenario waited on it. A longer wait keeps a slow end from draining the node; the program
+# records what was left if one really does not end.
+UnkillableStepTimeout=180
+UnkillableStepProgram=${BASE}/etc/unkillable.sh
 OverTimeLimit=0
 InactiveLimit=0
 MessageTimeout=10
