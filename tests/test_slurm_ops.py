@@ -85,6 +85,8 @@ if args[0] in ("hold", "release"):
             print("Job is no longer pending execution for job " + args[1], file=sys.stderr)
             sys.exit(1)
         j["Reason"] = "JobHeldAdmin"
+        if j.get("starts_as_held"):  # the scheduler started it as the hold arrived
+            j["JobState"] = "RUNNING"
     else:
         j["Reason"] = "None"
     save()
@@ -245,6 +247,18 @@ def test_hold_refuses_a_running_job(slurm: FakeSlurm) -> None:
     slurm.job("77", "RUNNING")
     with pytest.raises(slurm_queue.SlurmError, match=r"is RUNNING.*--suspend"):
         slurm_queue.hold("77")
+
+
+def test_a_hold_that_lands_as_the_job_starts_is_taken_back(slurm: FakeSlurm) -> None:
+    """The job was pending when ckptdash looked and started as the hold arrived (a real
+    cluster showed RUNNING, Reason=JobHeldAdmin): the hold is released, so the next requeue
+    does not silently wait held, and the error says the job is running."""
+    slurm.job("77", "PENDING", "BeginTime", starts_as_held=True)
+    with pytest.raises(slurm_queue.SlurmError, match=r"is RUNNING: it started before the hold"):
+        slurm_queue.hold("77")
+    verbs = [c for c in slurm.calls() if "show job" not in c]
+    assert verbs == ["scontrol hold 77", "scontrol release 77"]
+    assert slurm.get("77")["Reason"] == "None"
 
 
 def test_cancel_pending_cancels_only_a_waiting_job(slurm: FakeSlurm) -> None:

@@ -228,7 +228,18 @@ def hold(job_id: str, *, runner: Runner | None = None) -> JobView:
             " --suspend`"
         )
     _must(["scontrol", "hold", view.job_id], runner, view.job_id)
-    return _known(view.job_id, runner, "hold")
+    after = _known(view.job_id, runner, "hold")
+    if not after.pending:
+        # The scheduler started it between the look and the hold (seen on a busy cluster:
+        # RUNNING, Reason=JobHeldAdmin). A hold left on a running job would silently keep its
+        # next requeue waiting: take it back and say what happened.
+        _call(["scontrol", "release", view.job_id], runner)
+        raise SlurmError(
+            f"slurm job {view.job_id} is {after.state}: it started before the hold took effect"
+            " (the hold was taken back); to keep a running job from being requeued use"
+            " `ckptdash requeue RUN_DIR --suspend`"
+        )
+    return after
 
 
 def release(job_id: str, *, runner: Runner | None = None) -> JobView:
