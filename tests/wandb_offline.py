@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import struct
+import time
 from pathlib import Path
 from typing import Any
 
@@ -77,3 +78,25 @@ def logged(run_folders: list[Path], step_key: str, key: str) -> list[tuple[Any, 
         for path in sorted(folder.glob("run-*.wandb")):
             out.extend((row.get(step_key), row[key]) for row in history(path) if key in row)
     return out
+
+
+def wait_closed(folders: list[Path], count: int | None = None, timeout: float = 60.0) -> None:
+    """Wait until ``count`` (default: all) of the offline runs in ``folders`` hold their
+    ``exit`` record, W&B's last: under a CPU hog ``wandb.finish()`` was seen to return before
+    wandb-core had written the file. A killed attempt's file never gets one."""
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    def closed(folder: Path) -> bool:
+        for path in folder.glob("run-*.wandb"):
+            for raw in records(path):
+                record = pb.Record()
+                record.ParseFromString(raw)
+                if record.WhichOneof("record_type") == "exit":
+                    return True
+        return False
+
+    want = len(folders) if count is None else count
+    deadline = time.monotonic() + timeout
+    while sum(closed(f) for f in folders) < want:
+        assert time.monotonic() < deadline, f"{folders}: fewer than {want} closed in {timeout} s"
+        time.sleep(0.1)

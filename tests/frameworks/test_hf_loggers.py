@@ -146,6 +146,7 @@ def test_report_to_loggers_continue_one_run_across_a_crash(
     assert sorted(int(m.step) for m in history) == list(range(1, 13)), "MLflow: each step once"
     offline_runs = sorted((tmp_path / "wandb-home" / "wandb").glob("offline-run-*"))
     assert len(offline_runs) == 2 and all(p.name.endswith(derived) for p in offline_runs)
+    wandb_offline.wait_closed(offline_runs)  # both attempts ended with wandb.finish()
     logged = [s for s, _ in wandb_offline.logged(offline_runs, "train/global_step", "train/loss")]
     assert sorted(logged) == list(range(1, 13)), f"W&B: each step once: {logged}"
     assert not isinstance(wandb.log, loggers.DropUntil), "wandb.log is W&B's own again"
@@ -189,6 +190,7 @@ def test_report_to_loggers_continue_one_run_across_a_kill(tmp_path: Path, offlin
     assert sorted(int(m.step) for m in history) == list(range(1, 13)), "MLflow: each step once"
     offline_runs = sorted((tmp_path / "wandb-home" / "wandb").glob("offline-run-*"))
     assert len(offline_runs) == 2 and all(p.name.endswith(derived) for p in offline_runs)
+    wandb_offline.wait_closed(offline_runs, count=1)  # the resumed attempt: the killed one never
     logged = [s for s, _ in wandb_offline.logged(offline_runs, "train/global_step", "train/loss")]
     assert len(logged) == len(set(logged)) and set(range(8, 13)) <= set(logged), logged
     state = load_state(run)
