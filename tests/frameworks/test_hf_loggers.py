@@ -32,6 +32,7 @@ from ckptdash.rundir import RunDir, manifest
 from ckptdash.state.reading import load_state
 from ckptdash.train.tracking import loggers
 from tests import wandb_offline
+from tests.conftest import WaitUntil
 from tests.frameworks.hf_tiny import trainer
 from tests.frameworks.launch import torchrun2
 from tests.logger_files import attached, rank_pids, tensorboard_pid, wandb_pid
@@ -96,7 +97,7 @@ class SignalSelfAt(TrainerCallback):
 
 @pytest.mark.parametrize("ending", ["crash", "sigusr2"])
 def test_report_to_loggers_continue_one_run_across_a_crash(
-    tmp_path: Path, offline: None, ending: str
+    tmp_path: Path, offline: None, ending: str, wait_until: WaitUntil
 ) -> None:
     """Saved at step 5, crashed at 8, resumed from checkpoint-5 to 12 (or: SIGUSR2 at step 8,
     saved there and stopped, resumed from that save): TensorBoard (in the run directory's
@@ -146,7 +147,8 @@ def test_report_to_loggers_continue_one_run_across_a_crash(
     assert sorted(int(m.step) for m in history) == list(range(1, 13)), "MLflow: each step once"
     offline_runs = sorted((tmp_path / "wandb-home" / "wandb").glob("offline-run-*"))
     assert len(offline_runs) == 2 and all(p.name.endswith(derived) for p in offline_runs)
-    wandb_offline.wait_closed(offline_runs)  # both attempts ended with wandb.finish()
+    # both attempts ended with wandb.finish()
+    wait_until(lambda: all(map(wandb_offline.closed, offline_runs)), 60, "W&B's exit records")
     logged = [s for s, _ in wandb_offline.logged(offline_runs, "train/global_step", "train/loss")]
     assert sorted(logged) == list(range(1, 13)), f"W&B: each step once: {logged}"
     assert not isinstance(wandb.log, loggers.DropUntil), "wandb.log is W&B's own again"
@@ -163,7 +165,9 @@ def test_report_to_loggers_continue_one_run_across_a_crash(
         assert state.loggers["wandb"].redone == state.loggers["mlflow"].redone == "dropped"
 
 
-def test_report_to_loggers_continue_one_run_across_a_kill(tmp_path: Path, offline: None) -> None:
+def test_report_to_loggers_continue_one_run_across_a_kill(
+    tmp_path: Path, offline: None, wait_until: WaitUntil
+) -> None:
     """Saved at step 5, killed without warning (SIGKILL) at 8 in a process of its own, resumed
     to 12 (in this process: a launch less): TensorBoard and MLflow show each step once, W&B no
     step twice in one run id. (W&B's offline service writes 32 KiB blocks: what the killed
@@ -190,7 +194,8 @@ def test_report_to_loggers_continue_one_run_across_a_kill(tmp_path: Path, offlin
     assert sorted(int(m.step) for m in history) == list(range(1, 13)), "MLflow: each step once"
     offline_runs = sorted((tmp_path / "wandb-home" / "wandb").glob("offline-run-*"))
     assert len(offline_runs) == 2 and all(p.name.endswith(derived) for p in offline_runs)
-    wandb_offline.wait_closed(offline_runs, count=1)  # the resumed attempt: the killed one never
+    # the resumed attempt's: the killed one never has one
+    wait_until(lambda: any(map(wandb_offline.closed, offline_runs)), 60, "W&B's exit record")
     logged = [s for s, _ in wandb_offline.logged(offline_runs, "train/global_step", "train/loss")]
     assert len(logged) == len(set(logged)) and set(range(8, 13)) <= set(logged), logged
     state = load_state(run)
