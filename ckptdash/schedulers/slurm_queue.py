@@ -233,10 +233,15 @@ def hold(job_id: str, *, runner: Runner | None = None) -> JobView:
         # The scheduler started it between the look and the hold (seen on a busy cluster:
         # RUNNING, Reason=JobHeldAdmin). A hold left on a running job would silently keep its
         # next requeue waiting: take it back and say what happened.
-        _call(["scontrol", "release", view.job_id], runner)
+        rc, _ = _call(["scontrol", "release", view.job_id], runner)
+        undone = (
+            "the hold was taken back"
+            if rc == 0
+            else f"`scontrol release {view.job_id}` failed: release it by hand"
+        )
         raise SlurmError(
             f"slurm job {view.job_id} is {after.state}: it started before the hold took effect"
-            " (the hold was taken back); to keep a running job from being requeued use"
+            f" ({undone}); to keep a running job from being requeued use"
             " `ckptdash requeue RUN_DIR --suspend`"
         )
     return after
