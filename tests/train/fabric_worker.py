@@ -10,6 +10,7 @@ ran and the step it resumed from to ``REPORT_DIR/rank<R>.json``.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import signal
@@ -18,6 +19,7 @@ from typing import Any
 
 import lightning as L
 import torch
+import torch.distributed as dist
 
 import ckptdash.fabric
 
@@ -58,6 +60,13 @@ def main() -> None:
     args.reports.mkdir(parents=True, exist_ok=True)
     report = {"ran": ran, "resumed": resumed, "preempted": monitor.monitor.preempted}
     (args.reports / f"rank{fabric.global_rank}.json").write_text(json.dumps(report))
+    # Leave the group together, as a DDP program should: without it a rank slowed by load
+    # freed the DDP reducer during interpreter shutdown, where gloo's threads aborted it
+    # ("terminate called without an active exception", SIGABRT; tests/train/dist_worker.py).
+    del model, optimizer, state
+    gc.collect()
+    dist.barrier()
+    dist.destroy_process_group()
 
 
 if __name__ == "__main__":
