@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import pytest
 
@@ -17,22 +17,12 @@ from ckptdash.schedulers import gridengine
 from ckptdash.schedulers.base import RequeueResult
 from ckptdash.schedulers.gridengine import GridEngineScheduler
 from ckptdash.schedulers.gridengine_queue import GridEngineQueue
-from ckptdash.train.ending.signals import SignalRecorder
 
 ENV = {"JOB_ID": "12", "SGE_ROOT": "/var/lib/gridengine", "SGE_CELL": "default"}
 HEAD = (
     "job-ID  prior   name       user         state submit/start at     queue"
     "                          slots ja-task-ID \n" + "-" * 113 + "\n"
 )
-
-
-@pytest.fixture
-def usr2_default() -> Iterator[None]:
-    """USR2 at its default action for the test, and put back after it."""
-    before = signal.getsignal(signal.SIGUSR2)
-    signal.signal(signal.SIGUSR2, signal.SIG_DFL)
-    yield
-    signal.signal(signal.SIGUSR2, before if before is not None else signal.SIG_DFL)
 
 
 def listing(*rows: tuple[str, str, str]) -> str:
@@ -143,18 +133,21 @@ def test_qmod_rj_is_judged_by_its_output_not_its_exit_status() -> None:
     assert not gridengine.requeue_ok(1, 'invalid queue or job "12"')
 
 
-def test_a_refused_qmod_rj_is_a_failed_requeue_with_its_output(
-    tmp_path: os.PathLike[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The scheduler's requeue runs qmod -rj JOB.TASK and keeps what it said."""
-    fake = tmp_path / "qmod"  # type: ignore[operator]
-    fake.write_text('#!/bin/sh\necho "The job $2 is already in deleted state. No rescheduling!"\n')
-    fake.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
-    result = GridEngineScheduler({**ENV, "SGE_TASK_ID": "3"}).requeue()
-    assert result == RequeueResult(
-        False, "qmod -rj 12.3", 0, "The job 12.3 is already in deleted state. No rescheduling!"
-    )
+def test_a_job_that_says_restart_n_or_is_being_deleted_is_not_requeued() -> None:
+    """Exit 99 would rerun even a ``-r n`` job, so ckptdash refuses itself where qstat says
+    ``restart: n`` (qsub -r n, qalter -r n), naming how to allow it, and for a job being
+    deleted; an array task is named JOB.TASK."""
+    task = {**ENV, "SGE_TASK_ID": "3"}
+    refused = GridEngineScheduler(task, FakeCell({"12": "r"}, restart="2"))
+    result = refused.requeue()
+    assert (result.ok, result.command) == (False, "exit 99")
+    assert "job 12.3 is not restartable" in result.output, result
+    assert "`qalter -r y 12.3`" in result.output
+    assert refused.exit_status is None
+    deleted = GridEngineScheduler(ENV, FakeCell({"12": "dr"})).requeue()
+    assert not deleted.ok and "being deleted (qstat state dr)" in deleted.output
+    for restart in ("1", "0"):  # -r y, or left to the queue: exit 99 reruns it
+        assert GridEngineScheduler(ENV, FakeCell({"12": "r"}, restart=restart)).requeue().ok
 
 
 def test_time_left_from_h_rt_and_the_start_time() -> None:
@@ -229,89 +222,13 @@ def test_status_and_refusal_as_for_slurm() -> None:
         GridEngineQueue(down).hold("12")
 
 
-@pytest.mark.usefixtures("usr2_default")
-def test_after_its_own_requeue_the_job_ends_on_grid_engines_notify_signal(
-    tmp_path: os.PathLike[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Grid Engine reruns a job that ends after its notify signal, not one that ends before
-    it nor one killed at the end of the notify time (tests/gridengine): after a qmod -rj that
-    pushed the reschedule, the attempt's end waits for a SIGUSR2 received in this attempt (the
-    session's recorder, holding USR2 after run_finished) and returns on it while qstat still
-    lists the job (on the original code it waited for the kill); a USR2 from before the
-    attempt does not count, one before the push does (the hard limit's: Grid Engine's kill is
-    under way); without a requeue it does not wait at all."""
-    fake = tmp_path / "qmod"  # type: ignore[operator]
-    fake.write_text('#!/bin/sh\necho "Pushed rescheduling of job $2 on host vm"\n')
-    fake.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
-    recorder = SignalRecorder(["SIGUSR2"])
-    recorder.hold_late()  # as after run_finished
-    signal.raise_signal(signal.SIGUSR2)  # an earlier attempt's
-    looks: list[int] = []
-
-    def cell(argv: Sequence[str], t: float) -> tuple[int, str]:
-        looks.append(1)
-        if len(looks) == 3:  # Grid Engine's notify, while the job is listed as rescheduling
-            signal.raise_signal(signal.SIGUSR2)
-        return 0, listing(("12", "r" if len(looks) == 1 else "Rr", ""))
-
-    time.sleep(0.01)
-    ge = GridEngineScheduler(ENV, cell)
-    ge.settle_requeue(recorder.received_since)
-    assert looks == []  # no requeue issued: nothing to wait for
-    assert ge.requeue().ok
-    ge.settle_requeue(recorder.received_since)
-    assert len(looks) == 3  # the look that brought the notify was the last
-    looks.clear()
-    hard = GridEngineScheduler(ENV, cell)
-    signal.raise_signal(signal.SIGUSR2)  # h_rt's notify, then ckptdash's own requeue
-    assert hard.requeue().ok
-    hard.settle_requeue(recorder.received_since)
-    assert len(looks) == 1  # only requeue's look: the wait ended at once
-    assert [r.name for r in recorder.take()] == ["SIGUSR2"] * 3
-
-
-def test_without_notify_the_wait_ends_when_grid_engine_forgets_the_job(
-    tmp_path: os.PathLike[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A job without -notify gets no USR2, only the kill: the wait ends at the kill, or
-    once qstat no longer lists the job (here at the fourth look)."""
-    fake = tmp_path / "qmod"  # type: ignore[operator]
-    fake.write_text('#!/bin/sh\necho "Pushed rescheduling of job $2 on host vm"\n')
-    fake.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
-    looks: list[int] = []
-
-    def cell(argv: Sequence[str], t: float) -> tuple[int, str]:
-        looks.append(1)
-        state = "r" if len(looks) == 1 else "Rr"  # running, then rescheduling
-        return 0, listing(("12", state, "")) if len(looks) < 4 else listing()
-
-    ge = GridEngineScheduler(ENV, cell)
-    assert ge.requeue().ok
-    ge.settle_requeue()
-    assert len(looks) == 4
-
-
-def test_a_reschedule_under_way_is_not_pushed_a_second_time(
-    tmp_path: os.PathLike[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_reschedule_under_way_is_counted_and_says_so() -> None:
     """A first run whose state carries R is being rescheduled already (an operator's
-    qmod -rj): ckptdash's requeue counts it and runs no second qmod -rj; a rerun
-    (RESTARTED=1, which keeps the R) still runs it."""
-    ran = tmp_path / "ran"  # type: ignore[operator]
-    fake = tmp_path / "qmod"  # type: ignore[operator]
-    fake.write_text(
-        f'#!/bin/sh\necho x >> {ran}\necho "Pushed rescheduling of job $2 on host vm"\n'
-    )
-    fake.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
-    rr = lambda argv, t: (0, listing(("12", "Rr", "")))  # noqa: E731
-    first = GridEngineScheduler({**ENV, "RESTARTED": "0"}, rr).requeue()
+    qmod -rj): ckptdash's requeue counts it, says so, and pushes nothing either."""
+    cell = FakeCell({"12": "Rr"})
+    first = GridEngineScheduler({**ENV, "RESTARTED": "0"}, cell).requeue()
     assert first.ok and "already being rescheduled (qstat state Rr)" in first.output
-    assert not ran.exists()
-    assert GridEngineScheduler({**ENV, "RESTARTED": "1"}, rr).requeue().ok
-    assert ran.read_text() == "x\n"
+    assert not [argv for argv in cell.ran if argv[0] != "qstat"]
 
 
 def test_watch_acts_on_a_grid_engine_job_through_its_queue() -> None:
@@ -341,23 +258,26 @@ def test_watch_acts_on_a_grid_engine_job_through_its_queue() -> None:
     assert (command, ok) == ("qmod -rj 13", False) and "unknown to Grid Engine" in what
 
 
-def test_a_requeued_attempt_asks_for_exit_99(
+def test_a_requeue_inside_the_job_is_exit_99_and_pushes_no_qmod_rj(
     tmp_path: os.PathLike[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A reschedule ckptdash pushed, or one under way, asks for exit status 99 (Grid Engine
-    reruns a job by it whenever its reschedule bookkeeping took the end as the job's own);
-    a refused qmod -rj asks for nothing (the job is not restartable: it ends)."""
+    """ckptdash's own requeue asks for exit status 99, Grid Engine's own rerun, and runs no
+    qmod -rj (on the earlier code it pushed one and waited up to 60 s for its notify: a 2-rank
+    parallel environment job requeued so stayed in Rt for good, tests/gridengine). It is
+    recorded as ``exit 99``; a refused one asks for nothing."""
+    ran = tmp_path / "ran"  # type: ignore[operator]
     fake = tmp_path / "qmod"  # type: ignore[operator]
-    fake.write_text('#!/bin/sh\necho "Pushed rescheduling of job $2 on host vm"\n')
+    fake.write_text(f'#!/bin/sh\necho "$@" >> {ran}\necho "Pushed rescheduling of job $2"\n')
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
-    pushed = GridEngineScheduler(ENV, FakeCell({"12": "r"}))
-    assert pushed.exit_status is None
-    assert pushed.requeue().ok and pushed.exit_status == 99
-    under_way = GridEngineScheduler({**ENV, "RESTARTED": "0"}, FakeCell({"12": "Rr"}))
-    assert under_way.requeue().ok and under_way.exit_status == 99
-    fake.write_text('#!/bin/sh\necho "job $2 is not restartable"\n')
-    refused = GridEngineScheduler(ENV, FakeCell({"12": "r"}))
+    cell = FakeCell({"12": "r"})
+    ge = GridEngineScheduler(ENV, cell)
+    assert ge.exit_status is None
+    result = ge.requeue()
+    assert result == RequeueResult(True, "exit 99", 0, "Grid Engine reruns a job that exits 99")
+    assert ge.exit_status == 99
+    assert [argv[0] for argv in cell.ran] == ["qstat", "qstat"] and not ran.exists()
+    refused = GridEngineScheduler(ENV, FakeCell({"12": "r"}, restart="2"))
     assert not refused.requeue().ok and refused.exit_status is None
 
 
@@ -384,27 +304,12 @@ def test_an_exit_status_request_ends_the_normal_exit_with_it(tmp_path: os.PathLi
 
 
 def test_a_job_still_in_transfer_is_rescheduled_only_once_running(
-    tmp_path: os.PathLike[str], monkeypatch: pytest.MonkeyPatch
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """qmaster may still have a running job in transfer (t) long after it started on a busy
-    cell, and a qmod -rj then lost its kill order (tests/gridengine): ckptdash's requeue and
-    watch's act wait until qstat says r before qmod -rj."""
-    ran = tmp_path / "ran"  # type: ignore[operator]
-    fake = tmp_path / "qmod"  # type: ignore[operator]
-    fake.write_text(
-        f'#!/bin/sh\necho x >> {ran}\necho "Pushed rescheduling of job $2 on host vm"\n'
-    )
-    fake.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    cell, and a qmod -rj then lost its kill order (tests/gridengine): watch's act waits until
+    qstat says r before qmod -rj."""
     monkeypatch.setattr(time, "sleep", lambda s: None)
-    looks: list[str] = []
-
-    def cell(argv: Sequence[str], t: float) -> tuple[int, str]:
-        looks.append("qmod ran" if ran.exists() else "before")
-        return 0, listing(("12", "t" if len(looks) < 3 else "r", ""))
-
-    assert GridEngineScheduler(ENV, cell).requeue().ok
-    assert looks == ["before", "before", "before"]  # t, t, then r: qmod -rj only then
     moving = FakeCell({"12": "t"})
     real = moving.__call__
 

@@ -27,10 +27,6 @@ from typing import Any, ClassVar, Literal
 SignalMeaning = Literal["requeue", "terminate", "ignore"]
 """The same words as :data:`ckptdash.train.config.SignalAction`."""
 
-Signalled = Callable[[str, float], bool]
-"""``signalled(name, since)``: whether signal ``name`` reached this process since Unix time
-``since`` (the session's :meth:`~ckptdash.train.ending.signals.SignalRecorder.received_since`)."""
-
 
 @dataclass(frozen=True, slots=True)
 class RequeueResult:
@@ -88,12 +84,6 @@ class Scheduler:
 
     def requeue(self) -> RequeueResult:
         return RequeueResult(False, "", None, "no scheduler to requeue with (local run)")
-
-    def settle_requeue(self, signalled: Signalled = lambda name, since: False) -> None:
-        """Called as the attempt ends (rank 0, its outcome written): a scheduler whose rerun
-        depends on when the job ends after its own requeue (Grid Engine: after its notify
-        signal, not before it) waits here. ``signalled(name, since)``: whether signal
-        ``name`` reached this process at or after Unix time ``since``."""
 
 
 # A requeue makes the scheduler signal every process of the job, this command included, which

@@ -13,19 +13,18 @@
 * A SIGUSR2 does not say whether the job will run again; the job's state in ``qstat`` does:
   ``d`` (``dr``: being deleted) after a ``qdel``. Then :meth:`GridEngineScheduler.cancelled`
   says so, and the job is saved and not requeued.
-* Requeue is ``qmod -rj JOB``, judged by its output: it exits 0 when it refuses ("is not
-  restartable" with ``-r n``, "already in deleted state. No rescheduling!"), and prints
-  "Pushed rescheduling of job ..." when it did reschedule. A job may also requeue itself by
-  exiting 99 (Grid Engine reruns it, even with ``-r n``); ckptdash's resume rule picks up the
-  save on the rerun either way.
-* Measured on the tier's cell: after a ``qmod -rj`` qmaster keeps the old run on the host's
-  reschedule list for about two execd reports after its kill order (the notify signal); an
-  end reported later is taken as the job's own end, and a job that exits 0 is then not
-  rerun (nor one killed at the end of a notify time longer than that), and the kill order
-  itself was seen lost. So a requeued attempt ends the process with exit status 99
-  (:mod:`ckptdash.train.ending.exit_status`), which Grid Engine reruns either way, and after
-  ckptdash's own ``qmod -rj`` it ends once the notify has come
-  (:meth:`GridEngineScheduler.settle_requeue`). The batch script must ``exec`` Python (or
+* Requeue inside the job is Grid Engine's own rerun: the attempt saves and ends the process
+  with exit status 99 (:mod:`ckptdash.train.ending.exit_status`), which Grid Engine reruns
+  (even with ``-r n``, so ckptdash refuses itself where the job says ``restart: n``: submitted
+  with ``-r n`` or switched by ``qalter -r n`` / ``ckptdash requeue --suspend``). No ``qmod
+  -rj`` is pushed from inside: measured on the tier's cell, qmaster then keeps the old run on
+  the host's reschedule list for about two execd reports, an end reported outside that window
+  is taken as the job's own (exit 0 is not rerun, the kill at the end of the notify time is
+  ``failed 100 : assumedly after job``), the kill order itself was seen lost under load, and
+  a 2-rank parallel environment job requeued that way stayed in ``Rt`` for good (execd could
+  not reap its ``qrsh -inherit`` task). A reschedule from outside (an operator's ``qmod
+  -rj``, ``ckptdash watch``: :mod:`ckptdash.schedulers.gridengine_queue`) shows as ``R`` in
+  the job's state; the attempt then exits 99 too. The batch script must ``exec`` Python (or
   pass its status on).
 * Time left: no variable gives it; ``qstat -xml -j JOB`` has the start time and the ``h_rt``
   request, read once.
@@ -45,21 +44,14 @@ from ckptdash.schedulers.base import (
     RequeueResult,
     Runner,
     Scheduler,
-    Signalled,
     SignalMeaning,
-    run_command,
     subprocess_runner,
 )
 
-SETTLE_S = 60.0
-"""Longest wait for Grid Engine's notify signal (or its kill) after ckptdash's own ``qmod -rj``:
-it comes with execd's next report (``load_report_time``, 40 s by default); then the job exits
-99 anyway."""
-
 TRANSFER_S = 30.0
-"""Longest wait for qmaster to have the job running (``r``, not ``t``) before ``qmod -rj``: on
-the tier's busy cell a reschedule of a job still in transfer lost its kill order (no notify,
-no kill, no rerun)."""
+"""Longest wait for qmaster to have the job running (``r``, not ``t``) before an operator's
+``qmod -rj`` (:mod:`ckptdash.schedulers.gridengine_queue`): on the tier's busy cell a reschedule
+of a job still in transfer lost its kill order (no notify, no kill, no rerun)."""
 
 RERUN_EXIT = 99
 """The exit status Grid Engine reruns a job by (even with ``-r n``, unless the cell's
@@ -67,6 +59,9 @@ RERUN_EXIT = 99
 
 RESCHEDULED = "Pushed rescheduling of"
 """What ``qmod -rj`` prints when it did reschedule the job (or task)."""
+
+RERUN = f"exit {RERUN_EXIT}"
+"""The requeue command a Grid Engine attempt records (``requeue_issued``'s ``command``)."""
 
 
 def detected(env: Mapping[str, str]) -> bool:
@@ -114,6 +109,15 @@ def _has_task(column: str, task: str) -> bool:
     return False
 
 
+def restart_flag(xml: str) -> str | None:
+    """The job's ``-r`` flag from ``qstat -xml -j JOB``: ``"y"``, ``"n"``, or None where the
+    job left it to the queue (``JB_restart`` 0) or the answer does not say."""
+    found = re.search(r"<JB_restart>(\d+)</JB_restart>", xml)
+    if found is None:
+        return None
+    return {"1": "y", "2": "n"}.get(found.group(1))
+
+
 def parse_time_left(xml: str, now: float) -> float | None:
     """Seconds left before ``h_rt`` from ``qstat -xml -j JOB``: the request's value minus the
     time since ``JAT_start_time``; None without an ``h_rt`` request or a start time."""
@@ -139,8 +143,6 @@ class GridEngineScheduler(Scheduler):
         self.runner: Runner = runner or subprocess_runner
         self._end_time: float | None = None
         self._end_time_read = False
-        self._issued = False
-        self._since = time.time()
 
     @property
     def job_id(self) -> str | None:
@@ -192,62 +194,32 @@ class GridEngineScheduler(Scheduler):
         return ""
 
     def requeue(self) -> RequeueResult:
+        """Ask for exit status 99 as the attempt ends (see the module's docstring), unless the
+        job is being deleted or says ``restart: n``; nothing is run but ``qstat``."""
         job = self.job_id
         if job is None:
-            return RequeueResult(False, "", None, "JOB_ID is not set; not inside a job")
+            return RequeueResult(False, RERUN, None, "JOB_ID is not set; not inside a job")
         state = self._state()
-        if self.env.get("RESTARTED", "0") == "0" and state and "R" in state and "d" not in state:
-            # An operator's or Grid Engine's own reschedule is under way (a first run carries R
-            # only then): a second qmod -rj on top of it was seen to leave the job not rerun.
-            # Nor does the job wait for the kill: Grid Engine may dispatch the rerun at once,
-            # and kills and forgets a job whose old run is still there ("not supposed to be
-            # there - killing").
-            self._issued = False
-            self.exit_status = RERUN_EXIT
+        if state is not None and "d" in state:
             return RequeueResult(
-                True, f"qmod -rj {job}", None, f"already being rescheduled (qstat state {state})"
+                False, RERUN, None, f"job {job} is being deleted (qstat state {state})"
             )
-        deadline = time.monotonic() + TRANSFER_S
-        while state is not None and "t" in state and time.monotonic() < deadline:
-            time.sleep(0.5)  # still in transfer: a qmod -rj now was seen to lose its kill
-            state = self._state()
-        result = run_command(["qmod", "-rj", job])
-        ok, output = requeue_ok(result.returncode, result.output), result.output
-        if not ok and result.returncode == 0 and not output:
-            # Silent: the job is being rescheduled already; its state then carries R.
-            state = self._state()
-            if state is not None and "R" in state and "d" not in state:
-                ok, output = True, f"already being rescheduled (qstat state {state})"
-        self._issued = ok and RESCHEDULED in output
-        self.exit_status = RERUN_EXIT if ok else None
-        return RequeueResult(ok, result.command, result.returncode, output)
+        answer = self._ask(["qstat", "-xml", "-j", self.env.get("JOB_ID", "")])
+        if answer is not None and answer[0] == 0 and restart_flag(answer[1]) == "n":
+            return RequeueResult(
+                False,
+                RERUN,
+                None,
+                f"job {job} is not restartable (restart: n, from `qsub -r n`, `qalter -r n` or"
+                f" `ckptdash requeue --suspend`): `qalter -r y {job}` allows it",
+            )
+        self.exit_status = RERUN_EXIT
+        under_way = state is not None and "R" in state and self.env.get("RESTARTED", "0") == "0"
+        why = f"already being rescheduled (qstat state {state}); " if under_way else ""
+        return RequeueResult(True, RERUN, 0, f"{why}Grid Engine reruns a job that exits 99")
 
     def _state(self) -> str | None:
         answer = self._ask(["qstat", "-u", "*"])
         if answer is None or answer[0] != 0:
             return None
         return state_of(answer[1], self.env.get("JOB_ID", ""), task_id(self.env))
-
-    def settle_requeue(self, signalled: Signalled = lambda name, since: False) -> None:
-        """After ckptdash's own pushed ``qmod -rj``, end only once Grid Engine's notify signal
-        (SIGUSR2 with ``qsub -notify``) has come, or its kill (without ``-notify``).
-
-        Measured on the tier's cell: a job that exits 0 before the notify is not rerun (its
-        end reads as the job's own finish), nor one that outlives the notify until the kill
-        (``qacct``: ``failed 100 : assumedly after job``), while one that exits after the
-        notify is rerun within seconds. ckptdash keeps a SIGUSR2 after ``run_finished``
-        from ending the process (:mod:`ckptdash.train.ending.signals`), so the wait ends on the
-        signal itself; one that came before the push (the hard limit's, whose kill is under
-        way) counts too. Bounded by :data:`SETTLE_S` (the process then exits 99 all the same);
-        returns early once Grid Engine no longer lists the job."""
-        if not self._issued:
-            return
-        deadline = time.monotonic() + SETTLE_S
-        job = self.env.get("JOB_ID", "")
-        while time.monotonic() < deadline:
-            if signalled("SIGUSR2", self._since):
-                return
-            answer = self._ask(["qstat", "-u", "*"])
-            if answer is not None and answer[0] == 0 and state_of(answer[1], job, None) is None:
-                return
-            time.sleep(0.2)

@@ -1,10 +1,11 @@
 """Real Grid Engine jobs through every action a job meets there (tests/gridengine/conftest.py
 starts the cell; docs/gridengine.md is written from what these show).
 
-The scenarios start together when the first test asks (a thread each), so the tier costs
-about its longest scenario, not their sum; the three whose rerun follows a ``qmod -rj`` pushed
-from outside the job's own ending are opt-in and then run one at a time after the rest
-(``ALONE``).
+The scenarios run concurrently when the first test asks (a thread each), so the tier costs
+about its longest scenario plus a quiet start, not their sum: the three that a busy cell
+upsets (a ``qmod -rj`` pushed from outside the job, the operator's and ``ckptdash watch``'s;
+a parallel environment job's rerun) start first, and the rest once they are past it
+(``QUIET``).
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,9 @@ from tests.gridengine.conftest import Cell, Scenarios, events, kinds, steps_reac
 pytestmark = [pytest.mark.process, pytest.mark.timeout(600)]
 
 RUN = 'exec $PY $JOBPY "{run}" --max-steps {steps} --step-time 0.1 {extra}\n'
+FAST_RERUN = "--rerun-step-time 0.005"
+"""A rerun's steps: what is left after a requeue is trained in seconds, so a first run can be
+long enough to outlast a late kill order (Cell.reschedule) and the tier still ends soon."""
 
 
 def _run(cell: Cell, name: str) -> Path:
@@ -35,10 +40,9 @@ def _run(cell: Cell, name: str) -> Path:
 def reschedule(cell: Cell) -> dict[str, Any]:
     """qmod -rj of a -notify job: USR2, a signal save, the rerun resumes from it."""
     run = _run(cell, "reschedule")
-    job = cell.submit(RUN.format(run=run, steps=450, extra=""), "-notify", "-r", "y")
-    # Well into training: a reschedule pushed while the cell starts the other scenarios' jobs
-    # was once never carried out (no signal; the job ran on and was not rerun).
-    cell.wait("training", steps_reached(run, 60), 180)
+    # 150 s of first run at most: it ends at the reschedule's notify, however late that comes.
+    job = cell.submit(RUN.format(run=run, steps=1500, extra=FAST_RERUN), "-notify", "-r", "y")
+    cell.wait("training", steps_reached(run, 20), 180)
     cell.running(job)
     said = cell.reschedule(job, run)
     cell.gone(job, 240)
@@ -86,7 +90,7 @@ def soft_limit(cell: Cell) -> dict[str, Any]:
     left for the rerun fits in it (a rerun that meets s_rt again is killed, as for h_rt)."""
     run = _run(cell, "soft")
     job = cell.submit(
-        f'exec $PY $JOBPY "{run}" --max-steps 200 --step-time 0.2 --usr1-requeue\n',
+        f'exec $PY $JOBPY "{run}" --max-steps 200 --step-time 0.2 --usr1-requeue {FAST_RERUN}\n',
         "-notify",
         "-r",
         "y",
@@ -101,7 +105,7 @@ def hard_limit(cell: Cell) -> dict[str, Any]:
     """h_rt with -notify: USR2 at the limit, the kill after the notify time."""
     run = _run(cell, "hard")
     job = cell.submit(
-        RUN.format(run=run, steps=300, extra=""), "-notify", "-r", "y", "-l", "h_rt=30"
+        RUN.format(run=run, steps=300, extra=FAST_RERUN), "-notify", "-r", "y", "-l", "h_rt=30"
     )
     cell.gone(job, 300)
     return {"job": job}
@@ -111,7 +115,7 @@ def _requeued_held(cell: Cell, run: Path, steps: int) -> str:
     """A job requeued while held, waiting (hRq): its first run saves at step 10, and once the
     test has put the hold on (a hold on a running job applies to its next run) its batch
     script exits 99, Grid Engine's own rerun. Not a qmod -rj from outside: Son of Grid Engine
-    8.1.9 lost that order in some loaded runs (see ALONE), and the scenario is about the
+    8.1.9 lost that order in some loaded runs (Cell.reschedule), and the scenario is about the
     job waiting, not about how it was requeued."""
     go = run.parent / f"{run.name}.held"
     body = (
@@ -150,26 +154,35 @@ def cancel_pending(cell: Cell) -> dict[str, Any]:
 
 
 def suspend_requeue(cell: Cell) -> dict[str, Any]:
-    """requeue --suspend also sets -r n: Grid Engine itself refuses qmod -rj; --resume -r y."""
+    """requeue --suspend also sets -r n: Grid Engine itself refuses qmod -rj; --resume -r y;
+    then ckptdash stop ends the one attempt."""
     run = _run(cell, "suspend_requeue")
-    job = cell.submit(RUN.format(run=run, steps=600, extra=""), "-notify", "-r", "y")
+    # Runs until told to stop: three CLI calls took over a minute on a busy machine.
+    job = cell.submit(RUN.format(run=run, steps=3000, extra=""), "-notify", "-r", "y")
     cell.wait("training", steps_reached(run, 5))
     suspended = cell.ckptdash("requeue", str(run), "--suspend")
     refused = cell.q("qmod", "-rj", job, check=False)
     resumed = cell.ckptdash("requeue", str(run), "--resume")
+    stopped = cell.ckptdash("stop", str(run), "--yes")
     cell.gone(job)
-    return {"job": job, "suspended": suspended, "refused": refused, "resumed": resumed}
+    return {
+        "job": job,
+        "suspended": suspended,
+        "refused": refused,
+        "resumed": resumed,
+        "stopped": stopped,
+    }
 
 
 def two_ranks(cell: Cell) -> dict[str, Any]:
     """A parallel environment job (-pe smp 2): rank 1 started through qrsh -inherit, both in
-    one gloo group; a SIGUSR2 to rank 1 alone: one agreed signal save, ckptdash's qmod -rj and
-    exit 99, and the rerun's two ranks resume from it."""
+    one gloo group; a SIGUSR2 to rank 1 alone: one agreed signal save, rank 0's exit 99, and
+    the rerun's two ranks resume from it."""
     run = _run(cell, "two_ranks")
     rank = (
         "env RESTARTED=$RESTARTED JOB_ID=$JOB_ID SGE_ROOT=$SGE_ROOT SGE_CELL=$SGE_CELL"
         " PYTHONPATH=$PYTHONPATH CKPTDASH_NO_COLOR=1"
-        f' $PY $JOBPY "{run}" --max-steps 500 --step-time 0.1 --ranks 2 --port $PORT'
+        f' $PY $JOBPY "{run}" --max-steps 500 --step-time 0.1 {FAST_RERUN} --ranks 2 --port $PORT'
     )
     body = (
         # The job's signals reach every process of the job shell's group: the shell and the
@@ -183,6 +196,10 @@ def two_ranks(cell: Cell) -> dict[str, Any]:
     rank1 = run.parent / "two_ranks.report-1.json"
     cell.wait("rank 1's report", lambda: rank1.exists() and '"pid"' in rank1.read_text(), 60)
     os.kill(json.loads(rank1.read_text())["pid"], signal.SIGUSR2)
+    try:
+        cell.wait("the rerun", lambda: any(e["attempt"] == 1 for e in kinds(run, "run_started")))
+    finally:
+        cell.settle(run)
     cell.gone(job, 240)
     return {"job": job}
 
@@ -193,7 +210,10 @@ def watch_requeue(cell: Cell) -> dict[str, Any]:
     resumes."""
     run = _run(cell, "watch")
     job = cell.submit(
-        RUN.format(run=run, steps=300, extra="--stall-at 40 --stall-s 40"), "-notify", "-r", "y"
+        RUN.format(run=run, steps=300, extra=f"--stall-at 40 --stall-s 240 {FAST_RERUN}"),
+        "-notify",
+        "-r",
+        "y",
     )
     report = run.parent / "watch.report-0.json"
 
@@ -237,39 +257,44 @@ SCENARIOS: dict[str, Callable[[Cell], dict[str, Any]]] = {
 }
 
 
-ALONE = ("reschedule", "two_ranks", "watch_requeue")
-"""Scenarios run one at a time, after every other scenario's job has ended: each is a
-``qmod -rj`` (the operator's, ckptdash's own after a signal to one rank, ``ckptdash watch``'s)
-whose rerun the test waits for, and Son of Grid Engine 8.1.9 was seen to lose such an order
-(no notify, no kill, no rerun: the job ran to its end) when other jobs of the host were being
-rescheduled within the same execd report interval (soft_limit and hard_limit reschedule
-themselves). Run alone after the rest, the operator's push was still lost in some tier runs
-at load 10-20, so they run with ``CKPTDASH_GRIDENGINE_ALL=1`` only, until the tier can tell a
-lost order from ckptdash's own handling."""
-ALL = os.environ.get("CKPTDASH_GRIDENGINE_ALL") == "1"
+QUIET = {"reschedule": "reschedule", "watch_requeue": "watch", "two_ranks": "two_ranks"}
+"""Scenario -> its run: those that a busy cell upsets. They start first, and the others once
+each is past it (``Cell.settled``): Son of Grid Engine 8.1.9 delivered a ``qmod -rj`` pushed from
+outside the job late or never while other jobs of the host started and ended
+(:meth:`Cell.reschedule`), and left a 2-rank parallel environment job's rerun in ``Rt``
+(execd: "can't find active jobs directory"), in runs with a CPU hog beside the tier; alone,
+under the same hog, each passed."""
+
+
+ONLY = [n for n in os.environ.get("CKPTDASH_GRIDENGINE_ONLY", "").split(",") if n]
+"""``CKPTDASH_GRIDENGINE_ONLY=two_ranks,qdel``: run these scenarios only (a contributor's loop
+on one of them; the others' tests then skip, saying so). Never set in CI."""
 
 
 @pytest.fixture(scope="module")
 def scenarios(sge_cell: Cell) -> Iterator[Scenarios]:
+    if os.environ.get("CI") == "true" and ONLY:
+        pytest.fail("CKPTDASH_GRIDENGINE_ONLY is set: CI runs every scenario", pytrace=False)
+    chosen = {n: f for n, f in SCENARIOS.items() if not ONLY or n in ONLY}
     with ThreadPoolExecutor(len(SCENARIOS)) as pool:
         runner = Scenarios(sge_cell, pool)
-        together = [n for n in SCENARIOS if n not in ALONE]
-        for name in together:
-            runner.running[name] = pool.submit(SCENARIOS[name], sge_cell)
-        alone: dict[str, Future[dict[str, Any]]] = {name: Future() for name in ALONE if ALL}
-        runner.running.update(alone)
+        for name, run in QUIET.items():
+            if name not in chosen:
+                continue
+            settled = sge_cell.settled.setdefault(run, threading.Event())
 
-        def one_at_a_time() -> None:
-            for name in together:
-                runner.running[name].exception()  # waits; its own test reports a failure
-            for name, done in alone.items():
-                done.set_running_or_notify_cancel()
+            def first(name: str = name, settled: threading.Event = settled) -> Any:
                 try:
-                    done.set_result(SCENARIOS[name](sge_cell))
-                except BaseException as exc:  # reported by the scenario's own test
-                    done.set_exception(exc)
+                    return SCENARIOS[name](sge_cell)
+                finally:
+                    settled.set()  # also where the scenario failed before settling
 
-        pool.submit(one_at_a_time)
+            runner.running[name] = pool.submit(first)
+        for event in sge_cell.settled.values():
+            event.wait(300)
+        for name, scenario in chosen.items():
+            if name not in QUIET:
+                runner.running[name] = pool.submit(scenario, sge_cell)
         yield runner
 
 
@@ -338,21 +363,21 @@ def test_exit_99_reruns_the_job_and_it_resumes(scenarios: Scenarios) -> None:
 
 
 def test_a_soft_limit_mapped_to_requeue_saves_and_reschedules(scenarios: Scenarios) -> None:
-    """s_rt: SIGUSR1 at the soft limit; with USR1 = requeue, qmod -rj is issued, the attempt
-    exits 99 and the rerun resumes and finishes (on the original code the first attempt
+    """s_rt: SIGUSR1 at the soft limit; with USR1 = requeue, a requeue is issued (exit 99, Grid
+    Engine's own rerun), and the rerun resumes and finishes (on the original code the first attempt
     waited for the kill and the job was not rerun: qacct "failed 100 : assumedly after
     job")."""
     scenarios.outcome("soft_limit")
     run = scenarios.cell.base / "soft"
     issued = kinds(run, "requeue_issued")
-    assert issued and issued[0]["command"].startswith("qmod -rj"), kinds(run, "requeue_skipped")
+    assert issued and issued[0]["command"] == "exit 99", kinds(run, "requeue_skipped")
     _finished_in(run, 1)
     assert [e["attempt"] for e in kinds(run, "run_resumed")] == [1]
 
 
 def test_the_hard_limit_warning_is_a_preemption_to_save_on(scenarios: Scenarios) -> None:
-    """h_rt with -notify: SIGUSR2 at the limit: a signal save, and a reschedule the rerun
-    resumes from (qmod -rj is accepted before the kill)."""
+    """h_rt with -notify: SIGUSR2 at the limit: a signal save, and a requeue by exit 99 within
+    the notify time."""
     scenarios.outcome("hard_limit")
     run = scenarios.cell.base / "hard"
     got = attempts(run)
@@ -388,13 +413,15 @@ def test_suspend_requeue_switches_the_jobs_r_flag(scenarios: Scenarios) -> None:
     assert f"qalter -r n {job}" in out["suspended"].stdout, out["suspended"]
     assert "not restartable" in out["refused"], out["refused"]
     assert f"qalter -r y {job}" in out["resumed"].stdout, out["resumed"]
+    assert out["stopped"].returncode == 0, out["stopped"]
     _finished_in(scenarios.cell.base / "suspend_requeue", 0)
 
 
 def test_a_parallel_environment_job_agrees_on_one_save(scenarios: Scenarios) -> None:
     """-pe smp 2, rank 1 through qrsh -inherit: a SIGUSR2 to rank 1 alone, and both ranks
-    save once, at one step (agreed over gloo); rank 0 requeues, the job is rerun and both
-    ranks resume from the step after it."""
+    save once, at one step (agreed over gloo); rank 0 requeues by exit 99, the job is rerun
+    and both ranks resume from the step after it (on the earlier code, which pushed its own
+    qmod -rj before exit 99, the rerun once stayed in Rt for good)."""
     scenarios.outcome("two_ranks")
     run = scenarios.cell.base / "two_ranks"
     saves = [e for e in kinds(run, "checkpoint_saved") if e["attempt"] == 0]

@@ -45,11 +45,13 @@ def requeue(
     if result.ok:
         writer.emit(RequeueIssued, step=step, job_id=scheduler.job_id, command=result.command)
     else:
-        # The output stays in the event: a refusal that exits 0 (qmod -rj) says why here.
+        # The output stays in the event: a refusal (a command's, or the scheduler's own
+        # before it would exit 99) says why here.
+        status = "" if result.returncode is None else f" exit {result.returncode}"
         writer.emit(
             RequeueSkipped,
             step=step,
-            reason=f"requeue command failed (`{result.command}` exit {result.returncode}):"
+            reason=f"requeue command failed (`{result.command}`{status}):"
             f" {result.output or 'no output'}",
         )
     return False

@@ -81,8 +81,6 @@ class SignalRecorder:
         self.numbers = [signal_number(n) for n in names]
         self.chain = chain
         self.received: list[ReceivedSignal] = []
-        self.last: dict[str, float] = {}
-        """Each signal's latest delivery time (never taken: :meth:`received_since` reads it)."""
         self.on_receive: Callable[[], None] | None = None
         """Called inside the handler after recording (keep it to a flag or an assignment)."""
         self._previous: dict[int, Handler] = {}
@@ -135,11 +133,6 @@ class SignalRecorder:
         taken_over = _is_taken_over(previous)
         return _owner_name(previous), self.chain and not taken_over
 
-    def received_since(self, name: str, since: float) -> bool:
-        """Whether ``name`` (``"SIGUSR2"``) arrived at or after Unix time ``since``, taken or
-        not (Grid Engine's notify signal after ckptdash's own reschedule)."""
-        return self.last.get(name, float("-inf")) >= since
-
     def take(self) -> list[ReceivedSignal]:
         """Everything received since the last call (safe against a signal arriving meanwhile)."""
         if not self.received:
@@ -149,10 +142,8 @@ class SignalRecorder:
         return taken
 
     def _record(self, signum: int, frame: FrameType | None) -> None:
-        # Record and return: list.append and a dict item are atomic under the GIL.
-        got = ReceivedSignal(signal_name(signum), time.time())
-        self.received.append(got)
-        self.last[got.name] = got.t
+        # Record and return: list.append is atomic under the GIL.
+        self.received.append(ReceivedSignal(signal_name(signum), time.time()))
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         self._record(signum, frame)

@@ -319,7 +319,6 @@ class Session:
         if self._writer is not None:
             # Stays open: a user's trainer.save_checkpoint() after fit() is still recorded.
             self._writer.sync()
-            self.scheduler.settle_requeue(self.signals.received_since)  # rank 0: Grid Engine
             exit_status.request(self.scheduler.exit_status)  # Grid Engine's 99, else None
 
     def _requeue_if_asked_since_terminating(self) -> None:

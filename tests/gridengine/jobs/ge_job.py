@@ -2,9 +2,12 @@
 
 Not a test module::
 
-    ge_job.py RUN_DIR --max-steps N [--step-time S] [--stop-at K] [--usr1-requeue]
+    ge_job.py RUN_DIR --max-steps N [--step-time S] [--rerun-step-time S] [--stop-at K]
+              [--usr1-requeue]
               [--stall-at K --stall-s S] [--ranks 2 --rank R --port P]
 
+``--rerun-step-time S``: the step time of a rerun (``RESTARTED=1``; default ``--step-time``):
+a first run long enough to outlast a late kill order, and a rerun that ends soon after.
 ``--stop-at K``: on the first run (``RESTARTED=0``) stop after a save at step K (the batch
 script then exits 99: Grid Engine's own rerun). ``--usr1-requeue``: SIGUSR1 (the ``s_rt``
 soft limit) means requeue. ``--stall-at K``: on the first run, no step for ``--stall-s``
@@ -29,6 +32,7 @@ def main() -> None:
     p.add_argument("run_dir")
     p.add_argument("--max-steps", type=int, required=True)
     p.add_argument("--step-time", type=float, default=0.1)
+    p.add_argument("--rerun-step-time", type=float)
     p.add_argument("--stop-at", type=int, default=-1)
     p.add_argument("--usr1-requeue", action="store_true")
     p.add_argument("--ranks", type=int, default=1)
@@ -58,6 +62,10 @@ def main() -> None:
         "pid": os.getpid(),
     }
     out = Path(f"{args.run_dir}.report-{args.rank}.json")
+    first_run = os.environ.get("RESTARTED", "0") == "0"
+    step_time = args.step_time
+    if not first_run and args.rerun_step_time is not None:
+        step_time = args.rerun_step_time
     pause = threading.Event()
     if args.stall_at >= 0:
         # The hang ends at Grid Engine's notify: ckptdash chains this handler after its own.
@@ -69,10 +77,9 @@ def main() -> None:
         start = 0 if state is None else state["step"] + 1
         report["first_step"] = start
         for step in range(start, args.max_steps):
-            pause.wait(args.step_time)
+            pause.wait(step_time)
             report["last_step"] = step
             monitor.step(step, loss=1.0 / (step + 1))
-            first_run = os.environ.get("RESTARTED", "0") == "0"
             stop_here = step == args.stop_at and first_run
             if step == args.stall_at and first_run:
                 pause.wait(args.stall_s)
