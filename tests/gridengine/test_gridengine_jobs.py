@@ -261,9 +261,9 @@ QUIET = {"reschedule": "reschedule", "watch_requeue": "watch", "two_ranks": "two
 """Scenario -> its run: those that a busy cell upsets. They start first, and the others once
 each is past it (``Cell.settled``): Son of Grid Engine 8.1.9 delivered a ``qmod -rj`` pushed from
 outside the job late or never while other jobs of the host started and ended
-(:meth:`Cell.reschedule`), and left a 2-rank parallel environment job's rerun in ``Rt``
-(execd: "can't find active jobs directory"), in runs with a CPU hog beside the tier; alone,
-under the same hog, each passed."""
+(:meth:`Cell.reschedule`), and had not rerun a 2-rank parallel environment job 4 min after
+its exit 99 (execd: "can't find active jobs directory"), in runs with a CPU hog beside the
+tier; alone, under the same hog, each passed."""
 
 
 ONLY = [n for n in os.environ.get("CKPTDASH_GRIDENGINE_ONLY", "").split(",") if n]
