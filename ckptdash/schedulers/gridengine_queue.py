@@ -30,7 +30,7 @@ from typing import ClassVar
 from ckptdash.errors import SchedulerError, SchedulerUnavailable
 from ckptdash.schedulers import evidence
 from ckptdash.schedulers.base import JobView, Queue, subprocess_runner, tail
-from ckptdash.schedulers.gridengine import TRANSFER_S, requeue_ok, state_of
+from ckptdash.schedulers.gridengine import TRANSFER_S, requeue_ok, restart_flag, state_of
 
 TIMEOUT_S = 10.0
 """How long one Grid Engine command may take before it counts as unavailable."""
@@ -116,7 +116,7 @@ class GridEngineQueue(Queue):
         state = state_of(listing, number, task) if rc == 0 else None
         if state is None:
             return None  # ended between the two questions
-        restart = _tag(xml, "JB_restart")
+        restart = restart_flag(xml)
         fields = {
             "job_number": _tag(xml, "JB_job_number") or "",
             "owner": _tag(xml, "JB_owner") or "",
@@ -126,7 +126,7 @@ class GridEngineQueue(Queue):
             job_id=job,
             state=state,
             reason="",
-            requeue={"1": True, "2": False}.get(restart or ""),
+            requeue=None if restart is None else restart == "y",
             restarts=None,
             pending="q" in state,
             held="h" in state,
