@@ -6,7 +6,11 @@ tests/slurm/test_late_signal.py."""
 from __future__ import annotations
 
 import signal
+import subprocess
+import sys
+import textwrap
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -51,3 +55,44 @@ def test_a_held_signal_is_no_handler_to_chain_when_the_next_attempt_installs() -
     signal.raise_signal(signal.SIGUSR2)
     assert [r.name for r in recorder.take()] == ["SIGUSR2"]
     recorder.uninstall()
+
+
+# A finished attempt's process as Python shuts it down: the object's finalizer runs in the
+# interpreter's last garbage collection, after atexit and after Python has reset its signal
+# handlers, where a real job frees torch and gloo (seconds under load) while SLURM's warning
+# signal may still land.
+_SHUTDOWN_CHILD = """\
+import gc, os, signal
+from ckptdash.train.ending.signals import SignalRecorder
+
+recorder = SignalRecorder(["SIGUSR2"])
+recorder.install()
+recorder.uninstall()
+
+class LandsDuringShutdown:
+    def __del__(self):
+        os.write(2, b"USR2 sent during shutdown\\n")
+        os.kill(os.getpid(), signal.SIGUSR2)
+
+gc.disable()  # only the interpreter's last collection finds the cycle
+late = LandsDuringShutdown()
+late.cycle = late
+del late
+"""
+
+
+def test_a_usr2_while_python_shuts_down_does_not_end_the_process_by_signal() -> None:
+    """A held USR2 that lands after the atexit calls, as the interpreter frees its modules,
+    leaves the exit status 0 (before, Python's shutdown had put USR2's default action back and
+    the completed job ended by signal 12: SLURM's FAILED, seen in the time-limit scenario)."""
+    root = Path(__file__).resolve().parents[2]
+    child = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(_SHUTDOWN_CHILD)],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert "USR2 sent during shutdown" in child.stderr, child.stderr  # the signal did land
+    assert child.returncode == 0, child.stderr

@@ -11,10 +11,14 @@ default action would end the completed process by signal (SLURM: FAILED). So a s
 does not ask the process to end (not in :data:`ENDING`) and had no handler before ours is,
 from then until the process exits, recorded and otherwise ignored
 (:meth:`SignalRecorder.hold_late`); a SIGTERM or SIGINT still gets its old action back.
+Python itself puts every handler it installed back to the default action as it shuts down —
+after the atexit calls, before it frees the modules (torch and gloo take seconds there under
+load) — so from ckptdash's atexit call on, a held signal is ignored instead of recorded.
 """
 
 from __future__ import annotations
 
+import atexit
 import signal
 import threading
 import time
@@ -82,6 +86,7 @@ class SignalRecorder:
         self.chain = chain
         self.received: list[ReceivedSignal] = []
         self.on_receive: Callable[[], None] | None = None
+        self._ignores_at_exit = False
         """Called inside the handler after recording (keep it to a flag or an assignment)."""
         self._previous: dict[int, Handler] = {}
 
@@ -118,6 +123,19 @@ class SignalRecorder:
         for signum in self.numbers:
             if signum not in ENDING and signal.getsignal(signum) in (signal.SIG_DFL, None):
                 signal.signal(signum, self._record)
+                if not self._ignores_at_exit:
+                    atexit.register(self._ignore_held_at_exit)
+                    self._ignores_at_exit = True
+
+    def _ignore_held_at_exit(self) -> None:
+        """At interpreter exit, each signal still held by this recorder is ignored: Python's
+        shutdown resets its handlers to the default action, and a USR2 landing while torch is
+        freed would end a completed job by signal (SLURM: FAILED)."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for signum in self.numbers:
+            if signal.getsignal(signum) == self._record:
+                signal.signal(signum, signal.SIG_IGN)
 
     def add(self, name: str) -> None:
         """Handle ``name`` too (before :meth:`install`)."""
