@@ -118,7 +118,9 @@ def drive_time_limit(s: Scenario) -> dict[str, Any]:
     # attempt and the kill 120-150 s in. The 40 s are for the job's start: every scenario
     # starts at once, and a USR2 before ckptdash handles it would kill the job (a 1-minute
     # limit with @20, 10-40 s, once lost that race under load). Attempts from 2 on train
-    # unpaused.
+    # unpaused, and once the second requeue is issued the job's limit is raised to 30 minutes:
+    # a third attempt slowed past its own warning (a loaded machine did that: it saved and
+    # requeued a third time) would make the scenario's end depend on the machine's speed.
     job = s.monitor(
         run,
         "--requeue",
@@ -128,6 +130,8 @@ def drive_time_limit(s: Scenario) -> dict[str, Any]:
         step_time=0.02,
         fast_from_attempt=2,
     )
+    s.wait_requeued(run, 2, timeout=420)
+    s.cluster.run("scontrol", "update", f"JobId={job.job_id}", "TimeLimit=30")
     fields = s.wait_done(job, timeout=420)
     return {
         "job": job.job_id,
@@ -145,7 +149,8 @@ def test_time_limit_signal_saves_and_requeues_before_the_kill_twice_then_complet
 ) -> None:
     """With a 2-minute limit and --signal=B:USR2@50, SLURM's own warning signal makes the job
     save and requeue itself before the time-limit kill, in two attempts in a row (no SIGTERM,
-    no TIMEOUT); the third attempt resumes from the second's signal checkpoint and completes."""
+    no TIMEOUT); the third attempt (its limit raised once the second requeue is issued) resumes
+    from the second's signal checkpoint and completes."""
     r = scenarios.result(drive_time_limit, timeout=500)
     events, status = r["events"], r["status"]
     why = (
