@@ -68,7 +68,8 @@ def test_the_page_never_scrolls_sideways(browser: Any, server: str) -> None:
             page.set_viewport_size({"width": width, "height": 900})
             page.wait_for_function(f"() => window.innerWidth === {width}")
             page.wait_for_function(
-                "() => document.documentElement.scrollWidth <= window.innerWidth", timeout=5000
+                "() => document.documentElement.scrollWidth <= window.innerWidth",
+                timeout=60_000,  # the re-layout after a resize: 5 s was too short under load
             )
             sizes = _widest(page)
             assert sizes["scroll"] <= sizes["inner"] == width, sizes

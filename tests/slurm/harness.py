@@ -126,11 +126,21 @@ class Cluster:
         )
 
     def run(
-        self, *argv: str, check: bool = True, timeout: float = 60.0
+        self, *argv: str, check: bool = True, timeout: float = 60.0, own_session: bool = False
     ) -> subprocess.CompletedProcess[str]:
-        """A command with this cluster's SLURM_CONF; raises with its output if check fails."""
+        """A command with this cluster's SLURM_CONF; raises with its output if check fails.
+
+        ``own_session``: in a session of its own, as a command typed at a login shell (see
+        :meth:`ckptdash`); otherwise in pytest's, as the harness's own polls.
+        """
         proc = subprocess.run(
-            list(argv), env=self.env, capture_output=True, text=True, timeout=timeout, check=False
+            list(argv),
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+            start_new_session=own_session,
         )
         if check and proc.returncode != 0:
             out = (proc.stdout + proc.stderr)[-2000:]
@@ -138,8 +148,15 @@ class Cluster:
         return proc
 
     def ckptdash(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        """The ckptdash CLI as users run it, on the login node (same machine here)."""
-        return self.run(sys.executable, "-m", "ckptdash", *args, check=check)
+        """The ckptdash CLI as users run it, on the login node (same machine here).
+
+        In a session of its own, as from a login shell. With the kernel's autogroup scheduling
+        (on by default) each session shares the CPU equally with every other: left in pytest's
+        session, a `ckptdash status` shared one share with every scenario thread's polls, while
+        each of the tier's jobs (a session of its own) had a whole one, and took over 60 s
+        while the tier's start kept both cores busy.
+        """
+        return self.run(sys.executable, "-m", "ckptdash", *args, check=check, own_session=True)
 
     def job(self, job_id: str) -> dict[str, str]:
         """``scontrol show job -o`` as a dict (this harness's own parser, not ckptdash's)."""
