@@ -51,10 +51,11 @@ def test_a_loop_logs_into_one_run_of_each_logger_across_a_crash(
     from the second attempt), MLflow one run and W&B one run id, each with every step once
     (W&B's read back from its offline ``.wandb`` files)."""
     run, logs = tmp_path / "run", tmp_path / "logs"
-    started = time.time()
     with pytest.raises(Crash):
         attempt(run, logs, tag=0.0, crash_at=13)
-    next_wall_second(started)  # W&B: one offline folder per attempt
+    # W&B: one offline folder per attempt. The first attempt's W&B run started after the
+    # test did (in the same second, on a fast machine): wait out the second it ended in.
+    next_wall_second(time.time())
     attempt(run, logs, tag=1.0)
 
     run_id = ckptdash.rundir.RunDir(run).info().run_id
@@ -96,13 +97,14 @@ def test_a_loop_logs_into_one_run_of_each_logger_across_a_sigusr2_save(
     loop), then the next attempt resumes from that save: every logger holds one run, every
     step once, the steps before the save from the first attempt and after it from the next."""
     run, logs = tmp_path / "run", tmp_path / "logs"
-    started = time.time()
     attempt(run, logs, tag=0.0, signal_at=7)
     state = state_of(run)
     (signalled,) = [c for c in state.checkpoints.values() if c.trigger == "signal"]
     saved = signalled.step
     assert saved is not None and 7 <= saved < 10, saved
-    next_wall_second(started)  # W&B: one offline folder per attempt
+    # W&B: one offline folder per attempt. The first attempt's W&B run started after the
+    # test did (in the same second, on a fast machine): wait out the second it ended in.
+    next_wall_second(time.time())
     attempt(run, logs, tag=1.0)
 
     run_id = ckptdash.rundir.RunDir(run).info().run_id
