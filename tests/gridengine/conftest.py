@@ -235,7 +235,7 @@ class Cell:
             env=env,
             timeout=120,
             check=False,
-            start_new_session=True,  # as from a login shell: tests/slurm/harness.Cluster.run
+            start_new_session=True,  # as from a login shell: tests/slurm/harness.Cluster.ckptdash
         )
 
 

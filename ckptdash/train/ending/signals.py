@@ -86,8 +86,8 @@ class SignalRecorder:
         self.chain = chain
         self.received: list[ReceivedSignal] = []
         self.on_receive: Callable[[], None] | None = None
-        self._ignores_at_exit = False
         """Called inside the handler after recording (keep it to a flag or an assignment)."""
+        self._ignores_at_exit = False
         self._previous: dict[int, Handler] = {}
 
     @property
