@@ -36,8 +36,13 @@ lint: setup
 types: setup
 	$(VENV)/bin/mypy
 
+# Two pytest-xdist workers: one core waits on a scheduler, a browser or a process start while
+# the other runs. Each real cluster's tests (tests/slurm, tests/gridengine) and the two-account
+# tests stay on one worker (tests/conftest.py, worker_group). WORKERS=0 runs them in one process.
+WORKERS ?= 2
+
 test: system lint types
-	$(VENV)/bin/pytest
+	$(VENV)/bin/pytest -n $(WORKERS) --dist loadgroup
 
 check: lint types
 	CKPTDASH_UNIT_ONLY=1 $(VENV)/bin/pytest -q -n 2 -m "$(UNIT)" --durations=10

@@ -8,8 +8,9 @@ import os
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,10 +31,22 @@ def _wait_until(condition: Callable[[], object], timeout: float = 10.0, what: st
     """Return once ``condition()`` is true; fail the test after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     pause = threading.Event()  # never set: wait() is only a short, interruptible pause
-    while not condition():
+    for interval in poll_intervals():
+        if condition():
+            return
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {timeout}s waiting for {what or condition}")
-        pause.wait(0.001)
+        pause.wait(interval)
+
+
+def poll_intervals(first: float = 0.001, longest: float = 0.025) -> Iterator[float]:
+    """Pauses between two looks at a condition: 1 ms, doubling to 25 ms. A condition that holds
+    soon is seen within a millisecond; one that takes seconds (a training process starting) is
+    not asked 1,000 times a second, which on two cores took CPU from the process it waits for."""
+    interval = first
+    while True:
+        yield interval
+        interval = min(interval * 2, longest)
 
 
 @pytest.fixture
@@ -91,15 +104,57 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     return True if str(rel) in _not_unit() else None
 
 
-_ONE_WORKER = {"slurm": "slurm", "gridengine": "gridengine"}
-"""Folders whose tests share one real cluster (fixed ports, one spool): `make test`'s two
-workers (pytest-xdist, ``--dist loadgroup``) give each folder's tests to one worker."""
+# --- `make test`: two workers, one per real cluster ------------------------------------------
+
+_ONE_WORKER = ("slurm", "gridengine")
+"""Folders whose tests share one real cluster (fixed ports, one spool): all of a folder's tests
+run on one pytest-xdist worker, one after the other."""
+
+
+def _uses_accounts(module: Path, seen: dict[Path, bool] = {}) -> bool:  # noqa: B006 - a cache
+    """Whether a test module creates the extra Unix accounts (tests/security/accounts.py):
+    the modules that do share those accounts, so one worker runs them all."""
+    if module not in seen:
+        seen[module] = module.is_file() and "accounts import" in module.read_text()
+    return seen[module]
+
+
+def worker_group(nodeid: str, root: Path) -> str:
+    """The unit of work a worker takes whole: a cluster folder, the accounts modules, or else
+    the test alone."""
+    parts = nodeid.split("::", 1)[0].split("/")
+    if len(parts) > 2 and parts[0] == "tests" and parts[1] in _ONE_WORKER:
+        return parts[1]
+    if _uses_accounts(root.joinpath(*parts)):
+        return "accounts"
+    return nodeid
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`make test` (``-n 2 --dist loadgroup``) groups tests by :func:`worker_group`.
+
+    xdist's own loadgroup reads an ``@group`` suffix its worker appends to each test's node id;
+    under pytest 9 that assignment no longer changes the id, so every group was split across
+    both workers and two SLURM clusters started on the same ports. The groups are computed
+    here, in the controller, from the node ids alone. Largest groups first (the clusters'),
+    the rest one test at a time to whichever worker is free."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    root = config.rootpath
+
+    class FolderGroups(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return worker_group(nodeid, root)
+
+    return FolderGroups(config, log)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     here = Path(__file__).parent
     listed = _not_unit()
-    uses_accounts: dict[Path, bool] = {}
     for item in items:
         try:
             rel = Path(item.path).relative_to(here.parent)
@@ -108,13 +163,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         folder = rel.parts[1] if len(rel.parts) > 2 else ""
         if folder in _TIER_FOLDERS:
             item.add_marker(_TIER_FOLDERS[folder])
-        # The modules that create the extra Unix accounts (tests/security/accounts.py) share
-        # them: one worker runs them all.
-        if item.path not in uses_accounts:
-            uses_accounts[item.path] = "accounts import" in item.path.read_text()
-        group = _ONE_WORKER.get(folder) or ("accounts" if uses_accounts[item.path] else None)
-        if group:
-            item.add_marker(pytest.mark.xdist_group(group))
         name = getattr(item, "originalname", None) or item.name
         marker = listed.get(f"{rel}::{name}") or listed.get(str(rel))
         if marker:

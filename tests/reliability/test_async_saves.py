@@ -42,7 +42,10 @@ def test_kill_9_during_background_persists_leaves_the_previous_checkpoint_the_re
     assert report.problems == [], f"seed {seed}:\n" + "\n".join(report.problems)
     assert report.kills == kills
     assert report.in_save >= kills // 2, "most kills should land inside a persist"
-    assert report.resumes_loaded >= kills - 1
+    # Whether a resume choice was right after each kill is in report.problems; this only
+    # says the test did load resumes. Kills before the first save is durable have nothing
+    # to load, and on a loaded machine more than one can land there.
+    assert report.resumes_loaded >= kills // 2, "most kills should find one to resume"
 
 
 def test_disk_full_in_the_background_surfaces_in_result_and_as_checkpoint_failed(
