@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import multiprocessing.process
 import os
+import resource
+import signal
 import subprocess
 import threading
 import time
@@ -53,6 +55,15 @@ def poll_intervals(first: float = 0.001, longest: float = 0.025) -> Iterator[flo
 def wait_until() -> WaitUntil:
     """``wait_until(condition, timeout=10.0, what="")``: poll a condition instead of sleeping."""
     return _wait_until
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Ctrl-C reaches the processes the tests start. A shell without job control starts a
+    background `make test &` with SIGINT ignored, and an ignored signal stays ignored across
+    exec: every demo, launcher and worker the tests start would then ignore the Ctrl-C the
+    tests press (three tests failed so, under `(make test &)`)."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 # --- `make check`: the unit tests alone ------------------------------------------------------
@@ -193,3 +204,30 @@ def _unit_tests_start_no_process(
     monkeypatch.setattr(subprocess.Popen, "__init__", refuse)
     monkeypatch.setattr(multiprocessing.process.BaseProcess, "start", refuse)
     monkeypatch.setattr(os, "fork", refuse)
+
+
+# --- Where the suite's CPU goes ----------------------------------------------------------------
+
+CPU_REPORT = os.environ.get("CKPTDASH_TEST_CPU")
+"""A file to which each test appends ``CPU-seconds<TAB>node id`` (docs/testing.md, "Where the
+suite's time goes"): the CPU of the pytest process and of the processes it started and reaped
+during the test, set-up and tear-down included. Jobs a real scheduler runs are not its children
+and are not counted."""
+
+
+def _cpu_seconds() -> float:
+    mine = resource.getrusage(resource.RUSAGE_SELF)
+    reaped = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return mine.ru_utime + mine.ru_stime + reaped.ru_utime + reaped.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    if not CPU_REPORT:
+        yield
+        return
+    before = _cpu_seconds()
+    yield
+    line = f"{_cpu_seconds() - before:.2f}\t{item.nodeid}\n"
+    with open(CPU_REPORT, "a") as report:  # one short append per test: workers do not interleave
+        report.write(line)
