@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import multiprocessing.process
 import os
 import resource
@@ -122,12 +123,11 @@ _ONE_WORKER = ("slurm", "gridengine")
 run on one pytest-xdist worker, one after the other."""
 
 
-def _uses_accounts(module: Path, seen: dict[Path, bool] = {}) -> bool:  # noqa: B006 - a cache
+@functools.cache
+def _uses_accounts(module: Path) -> bool:
     """Whether a test module creates the extra Unix accounts (tests/security/accounts.py):
     the modules that do share those accounts, so one worker runs them all."""
-    if module not in seen:
-        seen[module] = module.is_file() and "accounts import" in module.read_text()
-    return seen[module]
+    return module.is_file() and "accounts import" in module.read_text()
 
 
 def worker_group(nodeid: str, root: Path) -> str:
