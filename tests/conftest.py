@@ -119,8 +119,11 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
 # --- `make test`: two workers, one per real cluster ------------------------------------------
 
 _ONE_WORKER = ("slurm", "gridengine")
-"""Folders whose tests share one real cluster (fixed ports, one spool): all of a folder's tests
-run on one pytest-xdist worker, one after the other."""
+"""Folders whose tests share one real cluster (fixed ports, one spool). Both folders are one
+group, so one pytest-xdist worker runs them one after the other: each tier starts its scenarios'
+jobs at once (24 SLURM jobs importing Lightning, 11 Grid Engine jobs importing torch), and the
+two bursts together on two cores stretched a job's start past two minutes in a CI run: Grid
+Engine's 30 s h_rt came before the job had started, and SLURM's scenarios timed out."""
 
 
 @functools.cache
@@ -131,11 +134,11 @@ def _uses_accounts(module: Path) -> bool:
 
 
 def worker_group(nodeid: str, root: Path) -> str:
-    """The unit of work a worker takes whole: a cluster folder, the accounts modules, or else
-    the test alone."""
+    """The unit of work a worker takes whole: the real clusters' folders, the accounts modules,
+    or else the test alone."""
     parts = nodeid.split("::", 1)[0].split("/")
     if len(parts) > 2 and parts[0] == "tests" and parts[1] in _ONE_WORKER:
-        return parts[1]
+        return "clusters"
     if _uses_accounts(root.joinpath(*parts)):
         return "accounts"
     return nodeid

@@ -22,6 +22,7 @@ from tests.slurm.harness import (
     requeue_timings,
     restart_timings,
     scenario,
+    starts_first,
 )
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(600)]
@@ -111,6 +112,7 @@ def test_preempted_lightning_job_saves_requeues_and_resumes_at_the_next_step(
 TL_STEPS = 8000  # at 20 ms a step the first two attempts cannot finish before their signal
 
 
+@starts_first
 def drive_time_limit(s: Scenario) -> dict[str, Any]:
     run = s.root / "run"
     # -t 2 --signal=B:USR2@50: slurmctld checks limits every 30 s and sends the warning at
@@ -130,6 +132,7 @@ def drive_time_limit(s: Scenario) -> dict[str, Any]:
         step_time=0.02,
         fast_from_attempt=2,
     )
+    s.wait_training(job, 0)  # the other scenarios' jobs start from here on
     s.wait_requeued(run, 2, timeout=420)
     s.cluster.run("scontrol", "update", f"JobId={job.job_id}", "TimeLimit=30")
     fields = s.wait_done(job, timeout=420)
