@@ -37,8 +37,9 @@ types: setup
 	$(VENV)/bin/mypy
 
 # Two pytest-xdist workers: one core waits on a scheduler, a browser or a process start while
-# the other runs. Each real cluster's tests (tests/slurm, tests/gridengine) and the two-account
-# tests stay on one worker (tests/conftest.py, worker_group). WORKERS=0 runs them in one process.
+# the other runs. The real clusters' tests (tests/slurm, then tests/gridengine) stay on one
+# worker, and so do the two-account tests (tests/conftest.py, worker_group). WORKERS=0 runs them
+# in one process.
 WORKERS ?= 2
 
 test: system lint types
