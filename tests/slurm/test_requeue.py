@@ -132,7 +132,7 @@ def drive_time_limit(s: Scenario) -> dict[str, Any]:
         step_time=0.02,
         fast_from_attempt=2,
     )
-    s.wait_training(job, 0)  # the other scenarios' jobs start from here on
+    s.wait_training(job, 0, 0)  # the other scenarios' jobs start from here on
     s.wait_requeued(run, 2, timeout=420)
     s.cluster.run("scontrol", "update", f"JobId={job.job_id}", "TimeLimit=30")
     fields = s.wait_done(job, timeout=420)
