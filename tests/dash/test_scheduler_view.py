@@ -33,6 +33,10 @@ from tests.dash.conftest import T0, Scenario, ev, preempted_run
 WaitUntil = Callable[..., None]
 
 
+GATE_S = 300.0
+"""The longest a command waits at a shut gate: only a failing test gets there."""
+
+
 class FakeRunner:
     """scontrol/scancel over a job table ``{job: {JobState, Reason, Requeue, Restarts}}``;
     records every argv. Thread-safe: the panel's thread and the clicks both call it."""
@@ -48,7 +52,10 @@ class FakeRunner:
 
     def __call__(self, argv: Sequence[str], timeout_s: float) -> tuple[int, str]:
         if list(argv[:3]) != ["scontrol", "show", "job"]:
-            self.gate.wait(timeout_s)  # a slow controller, when a test closes the gate
+            # A slow controller, when a test closes the gate: shut until the test opens it.
+            # Not for the command's timeout_s (10 s): a CI run took longer than that between
+            # closing the gate and its next click, so the held command had already "answered".
+            self.gate.wait(GATE_S)
         with self._lock:
             self.calls.append(list(argv))
             if self.missing:
