@@ -91,6 +91,12 @@ _TIER_FOLDERS = {
 kernel)."""
 
 
+PROCESS_TEST_TIMEOUT_S = 600
+"""pytest-timeout's bound for a test that starts processes (pyproject's 300 s stays for unit
+tests). Every SLURM job is a session of its own, and Linux shares the CPU by session: while the
+SLURM tier starts its 24 jobs, the other worker's whole session gets about a 25th of two cores,
+and a 2-rank Accelerate test of 11 CPU-seconds took 177 s of wall in a CI run."""
+
 _NOT_UNIT_LIST = Path(__file__).with_name("not_unit.txt")
 """Unmarked tests that are not unit tests: ``MARKER FILE`` or ``MARKER FILE::TEST`` a line."""
 
@@ -181,6 +187,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         marker = listed.get(f"{rel}::{name}") or listed.get(str(rel))
         if marker:
             item.add_marker(marker)
+        if item.get_closest_marker("timeout") is None and any(
+            item.get_closest_marker(m) for m in NOT_UNIT
+        ):
+            item.add_marker(pytest.mark.timeout(PROCESS_TEST_TIMEOUT_S))
 
 
 @pytest.fixture(autouse=True)
