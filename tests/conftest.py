@@ -30,15 +30,24 @@ def run_dir(tmp_path: Path) -> RunDir:
     return rd
 
 
+WAIT_FLOOR_S = 60.0
+"""The least a ``wait_until`` waits before it fails, whatever timeout the test asked for. A
+timeout bounds a wait that will never end, it is not a window a passing test must fit: with a
+CPU-bound process beside the suite, and the SLURM tier's 24 job sessions sharing the cores
+with the worker's one, a redraw a test allowed 5 s for can take longer."""
+
+
 def _wait_until(condition: Callable[[], object], timeout: float = 10.0, what: str = "") -> None:
-    """Return once ``condition()`` is true; fail the test after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
+    """Return once ``condition()`` is true; fail the test after ``timeout`` seconds, or
+    :data:`WAIT_FLOOR_S` where that is longer."""
+    bound = max(timeout, WAIT_FLOOR_S)
+    deadline = time.monotonic() + bound
     pause = threading.Event()  # never set: wait() is only a short, interruptible pause
     for interval in poll_intervals():
         if condition():
             return
         if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what or condition}")
+            pytest.fail(f"timed out after {bound:.0f}s waiting for {what or condition}")
         pause.wait(interval)
 
 

@@ -72,12 +72,44 @@ def require_chromium() -> None:
     pytest.skip(f"no chromium; {HOW_TO_GET_CHROMIUM}", allow_module_level=True)
 
 
+PAGE_TIMEOUT_MS: Final = 120_000
+"""Playwright's bound for a navigation or an action (its default: 30 s). Two CI-like runs with
+a CPU-bound process beside the suite saw a first ``page.goto`` of a served dashboard take
+longer than 30 s; the bound is for a page that never loads, not a window a slow one must fit."""
+EXPECT_TIMEOUT_MS: Final = 30_000
+"""The same for an ``expect(...)`` without a timeout of its own (Playwright's default: 5 s)."""
+
+
+class _PatientBrowser:
+    """A launched browser whose new contexts and pages take :data:`PAGE_TIMEOUT_MS`."""
+
+    def __init__(self, browser: Any) -> None:
+        self._browser = browser
+
+    def new_context(self, **options: Any) -> Any:
+        context = self._browser.new_context(**options)
+        context.set_default_timeout(PAGE_TIMEOUT_MS)
+        return context
+
+    def new_page(self, **options: Any) -> Any:
+        page = self._browser.new_page(**options)
+        page.set_default_timeout(PAGE_TIMEOUT_MS)
+        return page
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._browser, name)
+
+
 def launch_chromium(playwright: Any) -> Any:
-    """A headless chromium browser driven by ``playwright`` (sync API)."""
+    """A headless chromium browser driven by ``playwright`` (sync API), patient with a loaded
+    machine (:data:`PAGE_TIMEOUT_MS`, :data:`EXPECT_TIMEOUT_MS`)."""
+    from playwright.sync_api import expect
+
     path = chromium_path()
     if path is None:
         raise RuntimeError(f"no chromium found; {HOW_TO_GET_CHROMIUM}")
-    return playwright.chromium.launch(executable_path=path, args=CHROMIUM_ARGS)
+    expect.set_options(timeout=EXPECT_TIMEOUT_MS)
+    return _PatientBrowser(playwright.chromium.launch(executable_path=path, args=CHROMIUM_ARGS))
 
 
 def offline_jupyter_home(home: Path, kernel: str, pythonpath: Path) -> dict[str, str]:

@@ -48,6 +48,7 @@ class FakeRunner:
         self.update_fails = False
         self.gate = threading.Event()  # commands other than `show job` wait for it
         self.gate.set()
+        self.at_gate: list[list[str]] = []  # the commands that reached the gate, shut or open
         self._lock = threading.Lock()
 
     def __call__(self, argv: Sequence[str], timeout_s: float) -> tuple[int, str]:
@@ -55,6 +56,7 @@ class FakeRunner:
             # A slow controller, when a test closes the gate: shut until the test opens it.
             # Not for the command's timeout_s (10 s): a CI run took longer than that between
             # closing the gate and its next click, so the held command had already "answered".
+            self.at_gate.append(list(argv))
             self.gate.wait(GATE_S)
         with self._lock:
             self.calls.append(list(argv))
@@ -278,6 +280,10 @@ def test_a_click_returns_at_once_while_slurm_is_slow(
     with p.lock:
         assert "slurm job 77: asking SLURM to hold it" in p.message
         assert p.buttons() == (False, False, False)
+    # The panel's thread has taken the hold and waits on SLURM: out of the queue, not answered.
+    # (The second click was once refused only while the first was still queued; on a loaded
+    # machine the thread had taken it, and the release went through.)
+    wait_until(lambda: ["scontrol", "hold", "77"] in runner.at_gate, what="the hold sent")
     p.click(p.panel.release_button)  # a click the page let through before the buttons went off
     with p.lock:
         assert "SLURM has not answered the last click yet" in p.message

@@ -116,6 +116,9 @@ class SchedulerPanel(pn.viewable.Viewer):  # type: ignore[misc]
         self._root: str | None = None  # the selected run's folder: guarded by _lock
         self._again = False  # ask SLURM at once, not at the next refresh: guarded by _lock
         self._clicked: list[Callable[[], str]] = []  # clicks' commands, in order: under _lock
+        # A click's command the background thread has taken and not yet answered (under _lock):
+        # the next click is refused until then, not only while the command waits in _clicked.
+        self._answering = False
         self._buttons_held = False  # off since a click, until SLURM's next answer is shown
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -159,7 +162,7 @@ class SchedulerPanel(pn.viewable.Viewer):  # type: ignore[misc]
             self.controls.say(self.controls.actions.lock_message(), problem=True)
             return
         with self._lock:
-            busy = bool(self._clicked)
+            busy = bool(self._clicked) or self._answering
         if busy:
             self.controls.say(
                 f"{self._label()} has not answered the last click yet; wait for it", problem=True
@@ -328,8 +331,13 @@ class SchedulerPanel(pn.viewable.Viewer):  # type: ignore[misc]
             with self._lock:
                 job, again, self._again = self._job, self._again, False
                 clicked = self._clicked.pop(0) if self._clicked else None
+                self._answering = clicked is not None
             if clicked is not None:
-                self._say(self.controls.outcome(clicked))
+                try:
+                    self._say(self.controls.outcome(clicked))
+                finally:
+                    with self._lock:
+                        self._answering = False
                 self.refresh()  # the view after the click: it also frees the buttons
                 continue
             now = time.monotonic()
