@@ -8,11 +8,13 @@ CI a test without root is skipped saying so; with ``CI=true`` it fails instead.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import pwd
 import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -22,6 +24,10 @@ OWNER: Final = "ckdsec_owner"
 PEER: Final = "ckdsec_peer"
 HOW_TO_RUN: Final = "run the security tier as root (CI does: CI=true), which creates the accounts"
 ROOT: Final = Path(__file__).resolve().parents[2]
+CREATING_LOCK: Final = Path(tempfile.gettempdir()) / "ckdsec-accounts.lock"
+"""Held while the accounts are looked up and created: both pytest-xdist workers import the
+two-account modules at collection, and on a fresh machine the second ``useradd`` of a name
+fails (exit 9, name in use) or finds /etc/passwd locked by the first."""
 
 
 @dataclass(frozen=True)
@@ -42,20 +48,25 @@ def require_accounts() -> tuple[Account, Account]:
         import pytest
 
         pytest.skip(f"two-account tests {why}; {HOW_TO_RUN}", allow_module_level=True)
-    subprocess.run(["groupadd", "-f", GROUP], check=True, capture_output=True)
-    accounts = []
-    for name in (OWNER, PEER):
-        try:
-            pwd.getpwnam(name)
-        except KeyError:
-            subprocess.run(
-                ["useradd", "-M", "-N", "-g", GROUP, "-d", "/nonexistent", "-s", "/bin/sh", name],
-                check=True,
-                capture_output=True,
-            )
-        entry = pwd.getpwnam(name)
-        accounts.append(Account(name, entry.pw_uid, entry.pw_gid))
+    with open(CREATING_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        subprocess.run(["groupadd", "-f", GROUP], check=True, capture_output=True)
+        accounts = [_account(name) for name in (OWNER, PEER)]
     return accounts[0], accounts[1]
+
+
+def _account(name: str) -> Account:
+    """The account ``name``, created in ``GROUP`` when missing (the caller holds the lock)."""
+    try:
+        entry = pwd.getpwnam(name)
+    except KeyError:
+        subprocess.run(
+            ["useradd", "-M", "-N", "-g", GROUP, "-d", "/nonexistent", "-s", "/bin/sh", name],
+            check=True,
+            capture_output=True,
+        )
+        entry = pwd.getpwnam(name)
+    return Account(name, entry.pw_uid, entry.pw_gid)
 
 
 def as_user(
