@@ -231,10 +231,12 @@ def _unit_tests_start_no_process(
 # --- Where the suite's CPU goes ----------------------------------------------------------------
 
 CPU_REPORT = os.environ.get("CKPTDASH_TEST_CPU")
-"""A file to which each test appends ``CPU-seconds<TAB>node id`` (docs/testing.md, "Where the
-suite's time goes"): the CPU of the pytest process and of the processes it started and reaped
-during the test, set-up and tear-down included. Jobs a real scheduler runs are not its children
-and are not counted."""
+"""A file to which each test appends a line (docs/testing.md, "Where the suite's time goes"):
+``CPU-seconds<TAB>wall-seconds<TAB>start (Unix time)<TAB>worker<TAB>node id``. The CPU is the
+pytest process's and that of the processes it started and reaped during the test, set-up and
+tear-down included; jobs a real scheduler runs are not its children and are not counted. The
+start and the worker (pytest-xdist's ``gw0``, ``gw1``; ``-`` without workers) give the run's
+timeline: which worker was busy with what, and when."""
 
 
 def _cpu_seconds() -> float:
@@ -248,8 +250,12 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     if not CPU_REPORT:
         yield
         return
-    before = _cpu_seconds()
+    cpu, began, wall = _cpu_seconds(), time.time(), time.monotonic()
     yield
-    line = f"{_cpu_seconds() - before:.2f}\t{item.nodeid}\n"
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "-")
+    line = (
+        f"{_cpu_seconds() - cpu:.2f}\t{time.monotonic() - wall:.2f}\t{began:.1f}\t{worker}"
+        f"\t{item.nodeid}\n"
+    )
     with open(CPU_REPORT, "a") as report:  # one short append per test: workers do not interleave
         report.write(line)
