@@ -22,29 +22,13 @@ import pytest
 
 from ckptdash._dev.testing import launch_chromium, require_chromium
 from ckptdash.state.reading import load_state
+from tests.processes import descendants
 
 pytestmark = pytest.mark.ui
 
 require_chromium()
 
 from playwright.sync_api import expect, sync_playwright  # noqa: E402
-
-
-def _descendants(pid: int) -> set[int]:
-    """Every process started by ``pid``, and by those, now (Linux /proc)."""
-    found: set[int] = set()
-    todo = [pid]
-    while todo:
-        for task in Path(f"/proc/{todo.pop()}/task").glob("*"):
-            try:
-                children = (task / "children").read_text().split()
-            except OSError:
-                continue
-            for child in map(int, children):
-                if child not in found:
-                    found.add(child)
-                    todo.append(child)
-    return found
 
 
 def _running(pid: int) -> bool:
@@ -118,13 +102,13 @@ def test_demo_dashboard_shows_preemption_then_ctrl_c_ends_everything(
             finally:
                 browser.close()
         assert proc.poll() is None, "the demo ended before Ctrl-C:\n" + log.read_text()
-        started = _descendants(proc.pid)
+        started = descendants(proc.pid)
         assert started, "no training attempt was running at Ctrl-C"
         os.killpg(proc.pid, signal.SIGINT)
         assert proc.wait(timeout=90) == 0, log.read_text()
         wait_until(lambda: not any(map(_running, started)), timeout=30, what="the demo's processes")
     finally:
-        for pid in _descendants(proc.pid) if proc.poll() is None else ():
+        for pid in descendants(proc.pid) if proc.poll() is None else ():
             os.kill(pid, signal.SIGKILL)
         if proc.poll() is None:
             proc.kill()

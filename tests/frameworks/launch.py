@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -10,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.processes import kill_tree
 from tests.train.test_distributed import _free_port, job_env
 
 LAUNCH_TIMEOUT_S = 270.0
@@ -38,7 +38,7 @@ def torchrun2(
     try:
         rc = proc.wait(timeout=LAUNCH_TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
+        kill_tree(proc.pid)  # the ranks too: torchrun starts each in a session of its own
         proc.wait()
         pytest.fail(f"{name}: torchrun hung for {LAUNCH_TIMEOUT_S} s:\n{log.read_text()[-6000:]}")
     text = log.read_text(errors="replace")
