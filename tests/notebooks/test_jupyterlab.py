@@ -66,6 +66,7 @@ KERNEL = "ckptdash-test-venv"
 NOTEBOOK = "live.ipynb"
 LOCAL_HOSTS = {"127.0.0.1", "localhost"}
 TRAIN_SECONDS = 20  # the training cell's busy time: Lightning's max_time, whatever the load
+SERVER_START_S = 180  # a bound on a server's start: 5 s on two free cores, minutes when starved
 
 # Cell 1: the widget, as the quickstart shows it. The kernel's pid lets the teardown make sure
 # the kernel is gone even if the server did not stop it.
@@ -282,7 +283,7 @@ def lab(tmp_path: Path) -> Iterator[Lab]:
             start_new_session=True,  # one signal to its group stops it and its helpers
         )
     try:
-        _wait_for_server(lab, proc, log, timeout=60)
+        _wait_for_server(lab, proc, log, timeout=SERVER_START_S)
         yield lab
     finally:
         _stop(proc, lab)

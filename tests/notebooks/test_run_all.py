@@ -31,6 +31,7 @@ from tests.notebooks.test_jupyterlab import (
     _LOOK_JS,
     KERNEL,
     REPO,
+    SERVER_START_S,
     TRAIN_CELL,
     Lab,
     _external,
@@ -116,7 +117,7 @@ def _serve(tmp_path: Path, app: str) -> Iterator[Lab]:
             start_new_session=True,
         )
     try:
-        _wait_for_server(lab, proc, log, timeout=60)
+        _wait_for_server(lab, proc, log, timeout=SERVER_START_S)
         yield lab
     finally:
         _stop(proc, lab)
