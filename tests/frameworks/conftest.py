@@ -4,8 +4,6 @@ cost printed at the end of the session (the issue asks for it; docs/frameworks.m
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import time
 import warnings
 from collections.abc import Iterator
@@ -53,53 +51,15 @@ def clear_stale_build_locks(root: Path) -> list[Path]:
     return stale
 
 
-BUILD_BOUND_S = 540.0
-"""A bound on building DeepSpeed's CPU collective before the first test: about 1.5 CPU-minutes,
-but over three minutes of wall on two cores shared with the rest of the suite."""
-
-_BUILD_SHM_OP = """
-from deepspeed.accelerator import get_accelerator
-import deepspeed.ops
-builder = get_accelerator().create_op_builder("ShareMemCommBuilder")
-if builder is not None and deepspeed.ops.__compatible_ops__.get(builder.NAME, False):
-    builder.load()
-"""
-"""What DeepSpeed's comm backend does at its first ``init_distributed`` on the CPU
-accelerator (``deepspeed.comm.torch.build_shm_op``), done once, on its own."""
-
-
-def _build_shm_op(root: Path) -> None:
-    """Compile DeepSpeed's shared-memory collective into ``root`` unless it is there already.
-
-    Every DeepSpeed start builds it when the cache lacks it, so on a fresh machine the first
-    test's launch would also hold the build; its hang bound is sized for training, not for a
-    compiler sharing two cores with the suite (a fresh-clone run's first launch was killed at
-    180 s with the build a few seconds from its end)."""
-    if any(root.glob("*/deepspeed_shm_comm/*.so")):
-        return
-    env = {**os.environ, "DS_ACCELERATOR": "cpu"}
-    try:
-        done = subprocess.run(
-            [sys.executable, "-c", _BUILD_SHM_OP],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=BUILD_BOUND_S,
-        )
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"building DeepSpeed's CPU collective took over {BUILD_BOUND_S:.0f} s")
-    assert done.returncode == 0, f"building DeepSpeed's CPU collective failed:\n{done.stderr}"
-
-
 @pytest.fixture(scope="session")
 def deepspeed_ops() -> Iterator[Path]:
-    """The compiled-op cache, its stale build locks cleared (each one a warning) and DeepSpeed's
-    CPU collective built in it; at the end of the session, which ops were compiled during it."""
+    """The compiled-op cache, its stale build locks cleared (each one a warning); at the end of
+    the session, which ops were compiled during it (none: the workers leave DeepSpeed's CPU
+    collective out, tests/frameworks/deepspeed_cpu.py)."""
     root = extensions_root()
     for lock in clear_stale_build_locks(root):
         warnings.warn(f"removed a stale torch extension build lock: {lock}", stacklevel=1)
     began = time.time()
-    _build_shm_op(root)
     yield root
     _COMPILED.extend(
         str(so.parent.name) for so in root.glob("*/*/*.so") if so.stat().st_mtime >= began

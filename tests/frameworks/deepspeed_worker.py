@@ -24,9 +24,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
-# DeepSpeed's autotuner imports mlflow when it is installed (~4 s of CPU a rank, never used
-# here): blocked, it is the ImportError DeepSpeed expects without it.
-sys.modules.setdefault("mlflow", None)  # type: ignore[arg-type]
+from tests.frameworks.deepspeed_cpu import lean_deepspeed
+
+lean_deepspeed()
 
 import deepspeed  # noqa: E402
 import torch  # noqa: E402

@@ -6,10 +6,10 @@ rule's choice.
 
 Cost: each torchrun launch is ~10 s of start-up a rank on 2 idle cores (torch, DeepSpeed,
 Lightning); so one stage per scenario, both plain runs in the same two launches, few steps of a
-4x2 model. The first DeepSpeed start on a machine also compiles its shared-memory collective
-(~1.5 CPU-minutes), kept in ``~/.cache/torch_extensions`` for every later start (the
-``deepspeed_ops`` fixture clears a stale build lock there). The session's summary prints the
-cost.
+4x2 model. The workers leave out DeepSpeed's shared-memory collective, which its first CPU
+start on a machine would compile (~1.5 CPU-minutes; tests/frameworks/deepspeed_cpu.py); the
+``deepspeed_ops`` fixture clears a stale build lock should an op be built anyway. The
+session's summary prints the cost.
 """
 
 from __future__ import annotations

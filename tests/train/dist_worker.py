@@ -123,11 +123,9 @@ def monitor_main(args: argparse.Namespace, report: dict[str, Any]) -> None:
 
 def _strategy(sharded: bool, deepspeed: bool = False) -> Any:
     if deepspeed:
-        import sys
+        from tests.frameworks.deepspeed_cpu import lean_deepspeed
 
-        # DeepSpeed's autotuner imports mlflow when installed (~4 s of CPU a rank, unused):
-        # blocked, it is the ImportError DeepSpeed expects without it.
-        sys.modules.setdefault("mlflow", None)  # type: ignore[arg-type]
+        lean_deepspeed()
         from lightning.pytorch.strategies import DDPStrategy, DeepSpeedStrategy
 
         class CPUZeRO(DeepSpeedStrategy):  # type: ignore[misc]
