@@ -512,13 +512,12 @@ class Scenarios:
     def start(self, drivers: Iterable[Driver]) -> None:
         """Start each driver not started yet: the :func:`starts_first` ones, then, once each of them
         trains (or ended), the others."""
-        ordered = sorted(drivers, key=lambda d: not getattr(d, "settle_first", False))
-        for driver in ordered:
+        for driver in sorted(drivers, key=lambda d: not _settles_first(d)):
             if driver in self.futures:
                 continue
-            if not getattr(driver, "settle_first", False):
+            if not _settles_first(driver):
                 for started, scenario in list(self.scenarios.items()):
-                    if getattr(started, "settle_first", False):
+                    if _settles_first(started):
                         scenario.settled.wait(SETTLE_WAIT_S)
             with self._lock:
                 if driver in self.futures:
@@ -565,6 +564,11 @@ def starts_first(driver: Driver) -> Driver:
     kills the job. The others wait for it, not the other way round."""
     driver.settle_first = True  # type: ignore[attr-defined]
     return driver
+
+
+def _settles_first(driver: Driver) -> bool:
+    """Whether ``driver`` was marked :func:`starts_first`."""
+    return bool(getattr(driver, "settle_first", False))
 
 
 def scenario(driver: Driver) -> Callable[[Callable[..., None]], Callable[..., None]]:
