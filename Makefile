@@ -36,13 +36,17 @@ lint: setup
 types: setup
 	$(VENV)/bin/mypy
 
-# Two pytest-xdist workers: one core waits on a scheduler, a browser or a process start while
-# the other runs. The real clusters' tests (tests/slurm, then tests/gridengine) stay on one
-# worker, and so do the two-account tests (tests/conftest.py, worker_group). WORKERS=0 runs them
-# in one process.
-WORKERS ?= 2
+# Three pytest-xdist workers on two cores: a worker waits on a scheduler, a browser or a job
+# much of its time, and with two the cores idled a third of a run (docs/testing.md). The real
+# clusters' tests (tests/slurm, then tests/gridengine) stay on one worker, and so do the
+# two-account tests (tests/conftest.py, worker_group). WORKERS=0 runs them in one process.
+WORKERS ?= 3
 
+# compileall first: where PYTHONDONTWRITEBYTECODE is set (CI images often set it), every
+# process the suite starts would compile ckptdash's modules again (~0.4 CPU-s a process that
+# imports the dashboard and the Lightning callback); it writes only what changed.
 test: system lint types
+	$(PY) -m compileall -q -j 0 ckptdash tests
 	$(VENV)/bin/pytest -n $(WORKERS) --dist loadgroup
 
 check: lint types
