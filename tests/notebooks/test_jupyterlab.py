@@ -357,7 +357,7 @@ def test_widget_follows_training_while_the_cell_runs(lab: Lab) -> None:
 
             _run_cell(page, 1)
             prompt = cells.nth(1).locator(".jp-InputPrompt")
-            expect(prompt).to_contain_text("*", timeout=10_000)
+            expect(prompt).to_contain_text("*", timeout=60_000)
             seen: list[int] = []
             while len(seen) < 3:
                 look = _look(page, seen[-1] if seen else -1, timeout_ms=60_000)
@@ -371,7 +371,7 @@ def test_widget_follows_training_while_the_cell_runs(lab: Lab) -> None:
             run = lab.root / "run"
             widget.get_by_role("button", name="Save now").click()
             applied = widget.locator("td", has_text="applied")
-            expect(applied.first).to_be_visible(timeout=20_000)
+            expect(applied.first).to_be_visible(timeout=CELL_END_MS)
             expect(prompt).to_contain_text("*")
             manual = [c for c in load_state(run).checkpoints.values() if c.trigger == "manual"]
             assert len(manual) == 1 and manual[0].status == "saved", manual

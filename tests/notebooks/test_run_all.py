@@ -199,7 +199,7 @@ def _follows_from_a_new_run_dir(lab: Lab, browser: Any, *, nb7: bool = False) ->
         expect(widget).to_contain_text("waiting for the first event in runs/x")
         expect(widget).not_to_contain_text("holds no ckptdash run")
         prompt = cells.nth(1).locator(".jp-InputPrompt")
-        expect(prompt).to_contain_text("*", timeout=10_000)
+        expect(prompt).to_contain_text("*", timeout=60_000)
         _steps_rise_while_busy(page)
         widget.get_by_role("button", name="Save now").click()
         expect(widget.get_by_text("Save now applied")).to_be_visible(timeout=CELL_END_MS)
