@@ -272,16 +272,19 @@ def serve(
                 raise
             raise CkptDashError(port_in_use(so.address, plan.port)) from None
         url = plan.url(so.address if so.loopback else socket.getfqdn())
-        if not _holds_a_run(run):  # said before the address, which callers wait for
+        # Said before the address, which callers (a script, a wrapper) wait for: a warning
+        # printed after it might not be read yet when they go on. The address stays the first
+        # line of stdout for a run (the SSH line follows it).
+        if not _holds_a_run(run):
             print(
                 f"ckptdash: {run} holds no run yet; the page waits for the first event in it",
                 flush=True,
             )
+        if note := so.security_note():
+            print(note, file=sys.stderr, flush=True)
         print(f"ckptdash: serving {run} at {url} (Ctrl-C stops)", flush=True)
         if so.loopback:
             print(plan.tunnel(), flush=True)
-        if note := so.security_note():
-            print(note, file=sys.stderr, flush=True)
         if so.show:
             server.io_loop.add_callback(webbrowser.open, url)
         server.start()

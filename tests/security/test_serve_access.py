@@ -27,6 +27,7 @@ from tornado.ioloop import IOLoop
 from tornado.websocket import websocket_connect
 
 from ckptdash._dev.testing import FakeTrainer, ServeProcess
+from tests.conftest import WaitUntil
 
 
 @dataclass
@@ -110,7 +111,9 @@ def _prefix(server: ServeProcess) -> str:
     return urlsplit(server.url).path.rstrip("/")
 
 
-def test_printed_url_opens_with_one_click_and_leaves_a_cookie(guarded: ServeProcess) -> None:
+def test_printed_url_opens_with_one_click_and_leaves_a_cookie(
+    guarded: ServeProcess, wait_until: WaitUntil
+) -> None:
     """The printed URL carries a token under the secret /ck-… path (and the `ssh -L` line to
     reach it is printed too); opening it sets an HttpOnly, SameSite=Strict cookie scoped to
     that path and redirects to the same page without the token, which then loads with the
@@ -121,7 +124,7 @@ def test_printed_url_opens_with_one_click_and_leaves_a_cookie(guarded: ServeProc
     assert prefix.startswith("/ck-")
     port = _port(guarded)
     tunnel = f"ssh -N -L {port}:127.0.0.1:{port} "
-    assert tunnel in guarded.log()
+    wait_until(lambda: tunnel in guarded.log(), what="the SSH line, printed after the URL")
     assert f"then open http://127.0.0.1:{port}{prefix}/?token=" in guarded.log()
     assert first.status == 302
     assert first.headers["Location"] == f"{prefix}/"
