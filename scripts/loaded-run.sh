@@ -13,6 +13,7 @@ set -euo pipefail
 out=${1:-$(mktemp -d)}
 mkdir -p "$out"
 clone=$(mktemp -d)
+chmod 755 "$clone"  # the two-account and nobody tests import the clone as other users
 git clone -q "$(git rev-parse --show-toplevel)" "$clone"
 setsid python3 -c 'while True: pass' &
 hog=$!
